@@ -1,0 +1,221 @@
+"""Every error code the gateway answers with, and the exception types that carry them.
+
+This module is the single source of truth: the HTTP error envelope, the ``role=tool``
+error results and the README table are all derived from ``ERRORS``.
+
+Codes are sorted by who must act:
+- the model can fix its call (``INVALID_ARGUMENTS``, ``TOOL_NOT_FOUND``),
+- the model must adapt (``PERMISSION_DENIED``, ``BUDGET_EXCEEDED``, ``REPEATED_CALL``),
+- the model should wait (``APPROVAL_REQUIRED``),
+- the model may retry (``retryable``: ``TOOL_TIMEOUT``, ...),
+- or it is the gateway's fault (``TOOL_EXECUTION_FAILED``, ``INTERNAL_ERROR``), logged under an ``error_id``.
+
+Messages are written for the model or the client and never contain the text of an
+underlying exception.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class ErrorCode(enum.StrEnum):
+    # HTTP-level: authentication, routing, request shape
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    TENANT_DISABLED = "TENANT_DISABLED"
+    FORBIDDEN = "FORBIDDEN"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    INVALID_TOOL_CALL = "INVALID_TOOL_CALL"
+    DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
+    ALREADY_DECIDED = "ALREADY_DECIDED"
+    SELF_APPROVAL_FORBIDDEN = "SELF_APPROVAL_FORBIDDEN"
+    RATE_LIMITED = "RATE_LIMITED"
+    SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+    # Tool results (role=tool), one per call
+    TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    RUN_EXPIRED = "RUN_EXPIRED"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    REPEATED_CALL = "REPEATED_CALL"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    APPROVAL_REJECTED = "APPROVAL_REJECTED"
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
+    TOOL_CALL_IN_PROGRESS = "TOOL_CALL_IN_PROGRESS"
+    TOOL_TIMEOUT = "TOOL_TIMEOUT"
+    CONFLICT = "CONFLICT"
+    BUSINESS_RULE_VIOLATION = "BUSINESS_RULE_VIOLATION"
+    TOOL_EXECUTION_FAILED = "TOOL_EXECUTION_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    code: ErrorCode
+    status: int
+    retryable: bool
+    meaning: str
+    message: str
+    """The default safe message, used when the raiser gives none."""
+
+
+def _spec(code: ErrorCode, status: int, retryable: bool, meaning: str, message: str) -> ErrorSpec:
+    return ErrorSpec(code=code, status=status, retryable=retryable, meaning=meaning, message=message)
+
+
+E = ErrorCode
+ERRORS: dict[ErrorCode, ErrorSpec] = {
+    spec.code: spec
+    for spec in (
+        _spec(E.UNAUTHENTICATED, 401, False,
+              "The bearer token is missing, malformed, expired, badly signed or names an unknown tenant.",
+              "Authentication required: send a valid bearer token."),
+        _spec(E.TENANT_DISABLED, 403, False,
+              "The token's tenant exists but has been disabled by an operator.",
+              "This tenant is disabled."),
+        _spec(E.FORBIDDEN, 403, False,
+              "The caller is authenticated but lacks the permission this route needs.",
+              "You do not have the permission this action needs."),
+        _spec(E.NOT_FOUND, 404, False,
+              "No such route, or no such resource in the caller's tenant (another tenant's resources are never revealed).",
+              "Not found."),
+        _spec(E.METHOD_NOT_ALLOWED, 405, False,
+              "The route exists but not with this HTTP method.",
+              "Method not allowed on this route."),
+        _spec(E.INVALID_REQUEST, 400, False,
+              "The request body or query parameters do not match the route's schema.",
+              "The request is invalid."),
+        _spec(E.PAYLOAD_TOO_LARGE, 413, False,
+              "The request body is larger than GATEWAY_MAX_BODY_BYTES.",
+              "The request body is too large."),
+        _spec(E.INVALID_TOOL_CALL, 422, False,
+              "A tool-call batch breaks the protocol (missing or empty id, type not `function`, empty name, "
+              "arguments not a string, or a body that is not a JSON batch); nothing in the batch ran.",
+              "The tool-call batch is malformed."),
+        _spec(E.DUPLICATE_TOOL_CALL_ID, 422, False,
+              "Two calls in one batch share a tool_call_id; nothing in the batch ran.",
+              "Tool call ids must be unique within a batch."),
+        _spec(E.ALREADY_DECIDED, 409, False,
+              "The approval was already approved, rejected, or is being executed.",
+              "This approval has already been decided."),
+        _spec(E.SELF_APPROVAL_FORBIDDEN, 403, False,
+              "An approver tried to approve their own request.",
+              "You cannot approve your own request."),
+        _spec(E.RATE_LIMITED, 429, True,
+              "Too many requests for this tenant or user, or the business service is rate limiting; retry later.",
+              "Too many requests; retry later."),
+        _spec(E.SERVICE_UNAVAILABLE, 503, True,
+              "The gateway's database is unreachable; retry later.",
+              "The service is temporarily unavailable; retry later."),
+        _spec(E.INTERNAL_ERROR, 500, False,
+              "An unexpected error in the gateway; it is logged under the returned error_id.",
+              "Internal error."),
+        _spec(E.TOOL_NOT_FOUND, 404, False,
+              "The model named a tool that does not exist.",
+              "No tool with this name exists."),
+        _spec(E.PERMISSION_DENIED, 403, False,
+              "The caller's roles do not grant this tool, or the business service refused the action for this user.",
+              "You are not allowed to perform this action."),
+        _spec(E.INVALID_ARGUMENTS, 422, False,
+              "The arguments are not a JSON object matching the tool's schema exactly (no coercion, no unknown fields).",
+              "The arguments do not match the tool's schema."),
+        _spec(E.RUN_EXPIRED, 409, False,
+              "The run has passed its expires_at; no further calls are accepted in it.",
+              "This run has expired; start a new run."),
+        _spec(E.BUDGET_EXCEEDED, 429, False,
+              "The run has used its max_tool_calls.",
+              "The tool-call budget of this run is used up."),
+        _spec(E.REPEATED_CALL, 429, False,
+              "The same tool with the same canonical arguments was called more than max_repeats times in this run.",
+              "This exact call has been repeated too often in this run; use the earlier result or change the arguments."),
+        _spec(E.APPROVAL_REQUIRED, 202, False,
+              "The tool changes data and needs an administrator's approval; the result carries approval_id.",
+              "This action needs an administrator's approval; it will run once approved."),
+        _spec(E.APPROVAL_REJECTED, 409, False,
+              "An administrator rejected the call.",
+              "An administrator rejected this action."),
+        _spec(E.APPROVAL_EXPIRED, 409, False,
+              "Nobody decided the approval before it expired.",
+              "The approval for this action expired before anyone decided it."),
+        _spec(E.TOOL_CALL_IN_PROGRESS, 409, True,
+              "A call with this tool_call_id is executing right now; ask again for its stored outcome.",
+              "This call is still running; retry shortly to get its result."),
+        _spec(E.TOOL_TIMEOUT, 504, True,
+              "The tool did not finish within its timeout and was cancelled.",
+              "The tool did not answer in time."),
+        _spec(E.CONFLICT, 409, False,
+              "The business service refused the change because of the current state of the data.",
+              "The action conflicts with the current state."),
+        _spec(E.BUSINESS_RULE_VIOLATION, 422, False,
+              "The business service refused the request by one of its rules (dividing by zero is one).",
+              "The request breaks a business rule."),
+        _spec(E.TOOL_EXECUTION_FAILED, 500, True,
+              "The tool failed unexpectedly; details are logged under error_id and never returned.",
+              "The tool failed unexpectedly."),
+    )
+}
+
+
+def spec_for(code: ErrorCode) -> ErrorSpec:
+    return ERRORS[code]
+
+
+class GatewayError(Exception):
+    """An error answered to an HTTP client in the JSON envelope."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str | None = None,
+        *,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        spec = ERRORS[code]
+        self.code = code
+        self.message = message or spec.message
+        self.status = status or spec.status
+        self.headers = headers or {}
+        self.extra = extra or {}
+        super().__init__(f"{code}: {self.message}")
+
+
+class ToolError(Exception):
+    """A business error raised by a tool or service: the model may read ``message``.
+
+    Only codes the model can act on belong here; anything else is an unexpected failure
+    and must simply raise.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, *, retryable: bool | None = None) -> None:
+        self.code = code
+        self.message = message
+        self.retryable = ERRORS[code].retryable if retryable is None else retryable
+        super().__init__(f"{code}: {message}")
+
+
+class NotFoundError(ToolError):
+    def __init__(self, message: str = "Not found.") -> None:
+        super().__init__(ErrorCode.NOT_FOUND, message)
+
+
+class ConflictError(ToolError):
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CONFLICT, message)
+
+
+class BusinessRuleViolation(ToolError):
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BUSINESS_RULE_VIOLATION, message)
+
+
+class ActionForbidden(ToolError):
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.PERMISSION_DENIED, message)

@@ -1,0 +1,69 @@
+"""structlog set-up: events with fields, bound request context, and redaction.
+
+Request-scoped fields (request_id, tenant, user) are bound through
+``structlog.contextvars`` by the request-context middleware; every event logged while a
+request is handled carries them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+# Keys whose values never reach a log line, wherever they appear in an event.
+SECRET_KEYS = frozenset(
+    {"authorization", "token", "jwt", "secret", "password", "api_key", "jwt_secret", "arguments_raw", "body"}
+)
+REDACTED = "[REDACTED]"
+
+
+def redact_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key in event.keys() & SECRET_KEYS:
+        event[key] = REDACTED
+    return event
+
+
+def shared_processors() -> list[Any]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        redact_secrets,
+    ]
+
+
+def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
+    """Configure structlog and the standard library root logger (uvicorn, alembic) alike."""
+    numeric_level = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            *shared_processors(),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        processor=renderer,
+        foreign_pre_chain=[*shared_processors(), structlog.stdlib.add_logger_name],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric_level)
+    # uvicorn's access log duplicates our request events and logs raw paths with query strings.
+    logging.getLogger("uvicorn.access").disabled = True
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger(name)

@@ -1,0 +1,145 @@
+"""The gateway's settings: one frozen object, read from the environment once and passed in.
+
+Every field is a ``GATEWAY_*`` environment variable (upper-cased field name with the
+prefix); the README's configuration table is generated from ``FIELD_DOCS``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+ENV_PREFIX = "GATEWAY_"
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./gateway.db"
+
+
+class SettingsError(Exception):
+    """The environment does not describe a valid configuration; the message says which variable."""
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    database_url: str = DEFAULT_DATABASE_URL
+    database_pool_size: int = 10
+    database_pool_timeout_s: float = 5.0
+    database_statement_timeout_s: float = 10.0
+
+    jwt_secret: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("HS256", "RS256", "ES256")
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_leeway_s: int = 30
+    jwks_url: str | None = None
+    jwks_cache_s: int = 300
+    jwks_timeout_s: float = 5.0
+
+    demo: bool = False
+
+    run_max_tool_calls: int = 50
+    run_max_repeats: int = 2
+    run_ttl_s: int = 86_400
+    approval_ttl_s: int = 86_400
+    allow_self_approval: bool = False
+
+    tool_timeout_s: float = 10.0
+    tool_max_result_bytes: int = 16_384
+
+    max_body_bytes: int = 1_048_576
+    max_batch_size: int = 64
+    policy_cache_s: float = 5.0
+
+    log_level: str = "INFO"
+    log_format: str = "json"
+
+    def __post_init__(self) -> None:
+        if not self.database_url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+            raise SettingsError(
+                "GATEWAY_DATABASE_URL must start with postgresql+asyncpg:// or sqlite+aiosqlite://"
+            )
+        allowed = {"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "PS256"}
+        unknown = set(self.jwt_algorithms) - allowed
+        if unknown or not self.jwt_algorithms:
+            raise SettingsError(
+                f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(sorted(allowed))}; 'none' is never allowed"
+            )
+        if self.log_format not in ("json", "console"):
+            raise SettingsError("GATEWAY_LOG_FORMAT must be json or console")
+        for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
+        if self.run_max_repeats < 0:
+            raise SettingsError("GATEWAY_RUN_MAX_REPEATS must be at least 0")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    def require_signing_setup(self) -> None:
+        """Stop start-up when no key would verify a token (outside demo mode)."""
+        if self.jwt_secret is None and self.jwks_url is None:
+            raise SettingsError(
+                "GATEWAY_JWT_SECRET (HS256) or GATEWAY_JWKS_URL (RS256/ES256) must be set; "
+                "run `gateway serve --demo` for a local demo with a generated secret"
+            )
+        if self.jwt_secret is not None and len(self.jwt_secret.encode()) < 32:
+            raise SettingsError("GATEWAY_JWT_SECRET must be at least 32 bytes")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for name in cls.__struct_fields__:
+            key = ENV_PREFIX + name.upper()
+            if key in env and env[key] != "":
+                raw[name] = _parse_env_value(cls, name, env[key])
+        raw.update(overrides)
+        try:
+            return msgspec.convert(raw, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            field = str(exc).rsplit("$.", 1)[-1].rstrip("`")
+            raise SettingsError(f"{ENV_PREFIX}{field.upper()} is invalid: {str(exc).split(' - ')[0]}") from None
+
+
+def _parse_env_value(cls: type[Settings], name: str, value: str) -> Any:
+    annotation = cls.__annotations__[name]
+    if "tuple" in str(annotation):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if annotation in ("bool", bool):
+        lowered = value.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be true or false")
+    return value
+
+
+FIELD_DOCS: dict[str, str] = {
+    "database_url": "SQLAlchemy URL: `postgresql+asyncpg://user@host/db` or `sqlite+aiosqlite:///path.db`.",
+    "database_pool_size": "Connections per process in the database pool.",
+    "database_pool_timeout_s": "Seconds to wait for a pooled connection before answering 503.",
+    "database_statement_timeout_s": "Seconds a single database statement may run (PostgreSQL).",
+    "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",
+    "jwt_algorithms": "Comma-separated allow-list of JWT algorithms; HS* use the secret, RS*/ES*/PS* the JWKS.",
+    "jwt_issuer": "When set, tokens must carry this `iss`.",
+    "jwt_audience": "When set, tokens must carry this `aud`.",
+    "jwt_leeway_s": "Clock skew tolerated on `exp`, `nbf` and `iat`, in seconds.",
+    "jwks_url": "URL of the identity provider's JWKS (RS256/ES256 keys).",
+    "jwks_cache_s": "Seconds the JWKS is cached; an unknown `kid` refreshes it sooner (at most every 10 s).",
+    "jwks_timeout_s": "Timeout of a JWKS fetch, in seconds.",
+    "demo": "Demo mode: generate and keep a local secret, seed the demo tenants and print tokens.",
+    "run_max_tool_calls": "Default `max_tool_calls` of a new run (clamped by the tenant's cap).",
+    "run_max_repeats": "Default `max_repeats` of a new run.",
+    "run_ttl_s": "Default lifetime of a run, in seconds (its `expires_at`).",
+    "approval_ttl_s": "Seconds a pending approval waits for a decision before it expires.",
+    "allow_self_approval": "Let an approver approve their own request.",
+    "tool_timeout_s": "Default per-call timeout of a tool that declares none.",
+    "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
+    "max_body_bytes": "Largest request body accepted (413 `PAYLOAD_TOO_LARGE` above).",
+    "max_batch_size": "Most tool calls accepted in one batch.",
+    "policy_cache_s": "Seconds tenants and role→permission maps are cached in a process.",
+    "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
+    "log_format": "`json` (one event per line) or `console` (for a terminal).",
+}
