@@ -1,0 +1,158 @@
+"""Tenant-scoped queries for approvals and the tool calls they hold back.
+
+An approval moves ``pending → executing → succeeded | failed``, or ``pending → rejected``,
+or ``pending → expired``; every move is one conditional UPDATE, so two approvers, two
+processes or a retry cannot both win it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.db.models import Approval, AuditEvent, ToolCall
+
+approvals = Approval.__table__
+tool_calls = ToolCall.__table__
+audit_events = AuditEvent.__table__
+
+FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
+
+
+async def get_approval(conn: AsyncConnection, *, tenant_id: str, approval_id: str) -> Any | None:
+    return (
+        await conn.execute(
+            sa.select(approvals).where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id)
+        )
+    ).first()
+
+
+async def list_approvals(
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    status: str | None,
+    now: datetime,
+    limit: int,
+    after: tuple[datetime, str] | None,
+) -> list[Any]:
+    """Newest first, keyset-paginated on (created_at, id)."""
+    stmt = sa.select(approvals).where(approvals.c.tenant_id == tenant_id)
+    if status == "pending":
+        stmt = stmt.where(approvals.c.status == "pending", approvals.c.expires_at > now)
+    elif status == "expired":
+        stmt = stmt.where(
+            sa.or_(
+                approvals.c.status == "expired",
+                sa.and_(approvals.c.status == "pending", approvals.c.expires_at <= now),
+            )
+        )
+    elif status is not None:
+        stmt = stmt.where(approvals.c.status == status)
+    if after is not None:
+        created_at, approval_id = after
+        stmt = stmt.where(
+            sa.or_(
+                approvals.c.created_at < created_at,
+                sa.and_(approvals.c.created_at == created_at, approvals.c.id < approval_id),
+            )
+        )
+    stmt = stmt.order_by(approvals.c.created_at.desc(), approvals.c.id.desc()).limit(limit)
+    return list((await conn.execute(stmt)).all())
+
+
+async def claim_for_execution(
+    conn: AsyncConnection, *, tenant_id: str, approval_id: str, approver_id: str, now: datetime
+) -> bool:
+    result = await conn.execute(
+        sa.update(approvals)
+        .where(
+            approvals.c.tenant_id == tenant_id,
+            approvals.c.id == approval_id,
+            approvals.c.status == "pending",
+            approvals.c.expires_at > now,
+        )
+        .values(status="executing", decided_by=approver_id, decided_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def reject(
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    approval_id: str,
+    approver_id: str,
+    reason: str,
+    outcome: str,
+    content: str,
+    now: datetime,
+) -> bool:
+    result = await conn.execute(
+        sa.update(approvals)
+        .where(
+            approvals.c.tenant_id == tenant_id,
+            approvals.c.id == approval_id,
+            approvals.c.status == "pending",
+            approvals.c.expires_at > now,
+        )
+        .values(
+            status="rejected",
+            decided_by=approver_id,
+            decided_at=now,
+            reason=reason,
+            outcome=outcome,
+            outcome_content=content,
+            finished_at=now,
+        )
+    )
+    return result.rowcount == 1
+
+
+async def expire_if_due(
+    conn: AsyncConnection, *, tenant_id: str, approval_id: str, outcome: str, content: str, now: datetime
+) -> bool:
+    result = await conn.execute(
+        sa.update(approvals)
+        .where(
+            approvals.c.tenant_id == tenant_id,
+            approvals.c.id == approval_id,
+            approvals.c.status == "pending",
+            approvals.c.expires_at <= now,
+        )
+        .values(status="expired", outcome=outcome, outcome_content=content, finished_at=now)
+    )
+    return result.rowcount == 1
+
+
+async def finish(
+    conn: AsyncConnection, *, tenant_id: str, approval_id: str, succeeded: bool, outcome: str, content: str, now: datetime
+) -> None:
+    await conn.execute(
+        sa.update(approvals)
+        .where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id, approvals.c.status == "executing")
+        .values(
+            status="succeeded" if succeeded else "failed",
+            outcome=outcome,
+            outcome_content=content,
+            finished_at=now,
+        )
+    )
+
+
+async def store_call_outcome(
+    conn: AsyncConnection, *, run_id: str, tool_call_id: str, outcome: str, content: str, now: datetime
+) -> None:
+    """The held-back tool call now answers replays with this outcome."""
+    await conn.execute(
+        sa.update(tool_calls)
+        .where(tool_calls.c.run_id == run_id, tool_calls.c.tool_call_id == tool_call_id)
+        .values(status="done", outcome=outcome, content=content, finished_at=now)
+    )
+
+
+async def append_audit(conn: AsyncConnection, **row: Any) -> None:
+    await conn.execute(sa.insert(audit_events).values(**row))

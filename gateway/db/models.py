@@ -1,0 +1,191 @@
+"""The tables, as SQLAlchemy models.
+
+The schema itself lives in the Alembic migrations; these models mirror it for queries,
+and a test runs ``alembic check`` to keep the two in agreement.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gateway.db.types import BigIntId, JsonValue, UtcDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200))
+    disabled: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    max_tool_calls_per_run: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("100000"))
+    max_repeats_per_call: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("100"))
+    max_run_ttl_s: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("2592000"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Role(Base):
+    __tablename__ = "roles"
+
+    tenant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    description: Mapped[str] = mapped_column(sa.String(500), server_default="")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RolePermission(Base):
+    __tablename__ = "role_permissions"
+    __table_args__ = (
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "role"], ["roles.tenant_id", "roles.name"], ondelete="CASCADE"
+        ),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    permission: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+
+
+class User(Base):
+    """The tenant's user directory. Identity still comes only from the token; this table
+    names users and holds the roles `gateway token` puts in a development token."""
+
+    __tablename__ = "users"
+
+    tenant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    display_name: Mapped[str] = mapped_column(sa.String(200), server_default="")
+    roles: Mapped[list[str]] = mapped_column(JsonValue)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (sa.Index(None, "tenant_id", "user_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    max_tool_calls: Mapped[int] = mapped_column(sa.Integer)
+    max_repeats: Mapped[int] = mapped_column(sa.Integer)
+    used_tool_calls: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RunCallCount(Base):
+    """How often one exact call (tool + canonical arguments) was made in a run."""
+
+    __tablename__ = "run_call_counts"
+
+    run_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    call_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    count: Mapped[int] = mapped_column(sa.Integer)
+
+
+class ToolCall(Base):
+    """One tool_call_id of a run and what was answered for it, so a retried batch is
+    answered from here instead of executing again."""
+
+    __tablename__ = "tool_calls"
+
+    run_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    tool_call_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64))
+    tool: Mapped[str] = mapped_column(sa.String(128))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    outcome: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    content: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+    approval_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class Approval(Base):
+    __tablename__ = "approvals"
+    __table_args__ = (
+        sa.UniqueConstraint("run_id", "tool_call_id"),
+        sa.Index(None, "tenant_id", "status", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    tool_call_id: Mapped[str] = mapped_column(sa.String(128))
+    requester_id: Mapped[str] = mapped_column(sa.String(128))
+    requester_roles: Mapped[list[str]] = mapped_column(JsonValue)
+    tool: Mapped[str] = mapped_column(sa.String(128))
+    arguments: Mapped[dict[str, Any]] = mapped_column(JsonValue)
+    arguments_sha256: Mapped[str] = mapped_column(sa.String(64))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    decided_by: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    reason: Mapped[str | None] = mapped_column(sa.String(1000), nullable=True)
+    outcome: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    outcome_content: Mapped[str | None] = mapped_column(sa.Text, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class Article(Base):
+    __tablename__ = "articles"
+    __table_args__ = (sa.Index(None, "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    author_id: Mapped[str] = mapped_column(sa.String(128))
+    title: Mapped[str] = mapped_column(sa.String(200))
+    body: Mapped[str] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class AuditEvent(Base):
+    """Append-only: nothing in the API updates or deletes a row."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        sa.Index(None, "tenant_id", "id"),
+        sa.Index(None, "tenant_id", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, sa.Identity(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64))
+    kind: Mapped[str] = mapped_column(sa.String(32))
+    user_id: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    tool_call_id: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    tool: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    arguments: Mapped[Any | None] = mapped_column(JsonValue, nullable=True)
+    arguments_sha256: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    outcome: Mapped[str] = mapped_column(sa.String(40))
+    duration_ms: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
+    approval_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    request_id: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    error_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JsonValue, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)

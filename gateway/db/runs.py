@@ -1,0 +1,53 @@
+"""Tenant- and owner-scoped queries for runs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.db.models import Run
+
+runs = Run.__table__
+
+
+def new_run_id() -> str:
+    return "run_" + uuid.uuid4().hex
+
+
+async def create_run(
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    user_id: str,
+    max_tool_calls: int,
+    max_repeats: int,
+    expires_at: datetime | None,
+    now: datetime,
+) -> Any:
+    run_id = new_run_id()
+    await conn.execute(
+        sa.insert(runs).values(
+            id=run_id,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            max_tool_calls=max_tool_calls,
+            max_repeats=max_repeats,
+            used_tool_calls=0,
+            expires_at=expires_at,
+            created_at=now,
+        )
+    )
+    return await get_run(conn, tenant_id=tenant_id, user_id=user_id, run_id=run_id)
+
+
+async def get_run(conn: AsyncConnection, *, tenant_id: str, user_id: str, run_id: str) -> Any | None:
+    """A run of another user or tenant is simply not found."""
+    return (
+        await conn.execute(
+            sa.select(runs).where(runs.c.id == run_id, runs.c.tenant_id == tenant_id, runs.c.user_id == user_id)
+        )
+    ).first()

@@ -1,0 +1,101 @@
+"""Queries for tenants, roles and users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.db.models import Role, RolePermission, Tenant, User
+from gateway.db.types import utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    id: str
+    name: str
+    disabled: bool
+    max_tool_calls_per_run: int
+    max_repeats_per_call: int
+    max_run_ttl_s: int
+    role_permissions: dict[str, frozenset[str]]
+
+
+async def load_tenant(conn: AsyncConnection, *, tenant_id: str) -> TenantRecord | None:
+    row = (await conn.execute(sa.select(Tenant.__table__).where(Tenant.id == tenant_id))).mappings().first()
+    if row is None:
+        return None
+    grants: dict[str, set[str]] = {}
+    roles = await conn.execute(sa.select(Role.name).where(Role.tenant_id == tenant_id))
+    for (name,) in roles:
+        grants[name] = set()
+    perms = await conn.execute(
+        sa.select(RolePermission.role, RolePermission.permission).where(RolePermission.tenant_id == tenant_id)
+    )
+    for role, permission in perms:
+        grants.setdefault(role, set()).add(permission)
+    return TenantRecord(
+        id=row["id"],
+        name=row["name"],
+        disabled=row["disabled"],
+        max_tool_calls_per_run=row["max_tool_calls_per_run"],
+        max_repeats_per_call=row["max_repeats_per_call"],
+        max_run_ttl_s=row["max_run_ttl_s"],
+        role_permissions={role: frozenset(p) for role, p in grants.items()},
+    )
+
+
+async def create_tenant(conn: AsyncConnection, *, tenant_id: str, name: str) -> bool:
+    """Create the tenant unless it exists; True when it was created."""
+    exists = await conn.scalar(sa.select(sa.func.count()).select_from(Tenant).where(Tenant.id == tenant_id))
+    if exists:
+        return False
+    await conn.execute(sa.insert(Tenant).values(id=tenant_id, name=name, created_at=utcnow()))
+    return True
+
+
+async def ensure_role(
+    conn: AsyncConnection, *, tenant_id: str, name: str, description: str, permissions: frozenset[str]
+) -> None:
+    """Create the role if missing and make sure it grants at least ``permissions``."""
+    exists = await conn.scalar(
+        sa.select(sa.func.count()).select_from(Role).where(Role.tenant_id == tenant_id, Role.name == name)
+    )
+    if not exists:
+        await conn.execute(
+            sa.insert(Role).values(tenant_id=tenant_id, name=name, description=description, created_at=utcnow())
+        )
+    have = set(
+        (
+            await conn.execute(
+                sa.select(RolePermission.permission).where(
+                    RolePermission.tenant_id == tenant_id, RolePermission.role == name
+                )
+            )
+        ).scalars()
+    )
+    missing = sorted(permissions - have)
+    if missing:
+        await conn.execute(
+            sa.insert(RolePermission),
+            [{"tenant_id": tenant_id, "role": name, "permission": p} for p in missing],
+        )
+
+
+async def ensure_user(
+    conn: AsyncConnection, *, tenant_id: str, user_id: str, display_name: str, roles: list[str]
+) -> None:
+    exists = await conn.scalar(
+        sa.select(sa.func.count()).select_from(User).where(User.tenant_id == tenant_id, User.id == user_id)
+    )
+    if not exists:
+        await conn.execute(
+            sa.insert(User).values(
+                tenant_id=tenant_id, id=user_id, display_name=display_name, roles=roles, created_at=utcnow()
+            )
+        )
+
+
+async def user_roles(conn: AsyncConnection, *, tenant_id: str, user_id: str) -> list[str] | None:
+    return await conn.scalar(sa.select(User.roles).where(User.tenant_id == tenant_id, User.id == user_id))
