@@ -1,0 +1,55 @@
+"""Bearer-token authentication for every ``/v1`` route (Litestar's authentication middleware)."""
+
+from __future__ import annotations
+
+import structlog
+from litestar.connection import ASGIConnection
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from gateway.auth.directory import TenantDirectory
+from gateway.auth.principal import Principal
+from gateway.auth.tokens import InvalidToken, TokenVerifier
+from gateway.errors import ErrorCode, GatewayError
+
+log = structlog.get_logger("gateway.auth")
+
+# Anchored: Litestar matches these anywhere in the path, so "/healthz" alone would also
+# unprotect "/v1/anything/healthz".
+PUBLIC_PATHS = [r"^/healthz$", r"^/readyz$", r"^/metrics$", r"^/schema(/.*)?$"]
+
+
+def unauthenticated() -> GatewayError:
+    return GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": 'Bearer realm="gateway"'})
+
+
+class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
+    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
+        header = connection.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            log.info("authentication_failed", reason="missing_bearer")
+            raise unauthenticated()
+        state = connection.app.state
+        verifier: TokenVerifier = state.token_verifier
+        directory: TenantDirectory = state.tenant_directory
+        try:
+            claims = await verifier.verify(token.strip())
+        except InvalidToken as exc:
+            log.info("authentication_failed", reason=exc.reason)
+            raise unauthenticated() from None
+        tenant = await directory.get(claims.tenant_id)
+        if tenant is None:
+            log.info("authentication_failed", reason="unknown_tenant")
+            raise unauthenticated()
+        if tenant.disabled:
+            log.info("tenant_disabled", tenant=tenant.id)
+            raise GatewayError(ErrorCode.TENANT_DISABLED)
+        roles = frozenset(claims.roles)
+        principal = Principal(
+            tenant_id=tenant.id,
+            user_id=claims.sub,
+            roles=roles,
+            permissions=TenantDirectory.permissions_for(tenant, roles),
+        )
+        structlog.contextvars.bind_contextvars(tenant=principal.tenant_id, user=principal.user_id)
+        return AuthenticationResult(user=principal, auth=None)
