@@ -1,0 +1,211 @@
+"""What a tool is: its contract with the model and with the gateway.
+
+A tool declares its name, description, a typed argument model (a msgspec Struct that
+forbids unknown fields, from which the JSON Schema the model sees is generated), whether
+it mutates data, the permission it needs, its timeout, its maximum result size and which
+argument fields are sensitive. The handler receives the caller's identity through
+``ToolContext``, never through its arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.auth.principal import Principal
+from gateway.db.engine import Database
+
+REDACTED = "[REDACTED]"
+
+
+class ArgumentsInvalid(Exception):
+    """The arguments do not match the schema; ``message`` is safe to show the model."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedArguments:
+    value: Any
+    """What the handler receives (a Struct for built-in tools)."""
+    canonical: bytes
+    """Canonical JSON (sorted keys, defaults filled in): what repeats and approvals compare."""
+    as_dict: dict[str, Any]
+
+
+class ArgumentCodec(Protocol):
+    """Turns the model's arguments into a value the handler accepts, strictly."""
+
+    def json_schema(self) -> dict[str, Any]: ...
+
+    def decode(self, raw: bytes) -> DecodedArguments: ...
+
+
+class StructArguments:
+    """Arguments described by a msgspec Struct: decoding is strict (no type coercion) and
+    unknown fields are an error, so a model cannot smuggle in ``user_id`` or ``tenant_id``."""
+
+    def __init__(self, struct: type[msgspec.Struct], sensitive: frozenset[str] = frozenset()) -> None:
+        config = struct.__struct_config__
+        if not config.forbid_unknown_fields:
+            raise TypeError(f"{struct.__name__} must forbid unknown fields")
+        self._struct = struct
+        self._decoder = msgspec.json.Decoder(struct)
+        self._sensitive = sensitive
+        self._schema = inline_json_schema(msgspec.json.schema(struct))
+
+    def json_schema(self) -> dict[str, Any]:
+        return self._schema
+
+    def decode(self, raw: bytes) -> DecodedArguments:
+        if not raw.strip():
+            raw = b"{}"
+        try:
+            value = self._decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise ArgumentsInvalid(_safe_validation_message(str(exc), self._sensitive)) from None
+        except msgspec.DecodeError:
+            raise ArgumentsInvalid("Arguments must be a JSON object.") from None
+        as_dict = msgspec.structs.asdict(value)
+        canonical = msgspec.json.encode(as_dict, order="sorted")
+        return DecodedArguments(value=value, canonical=canonical, as_dict=as_dict)
+
+
+def _safe_validation_message(message: str, sensitive: frozenset[str]) -> str:
+    """msgspec's messages name the field and the expected type; they never quote the whole
+    input, but a few (enum values) quote the offending value, which must not echo a secret."""
+    field_path = message.rsplit(" - at `$.", 1)[1].rstrip("`") if " - at `$." in message else ""
+    top_field = field_path.split(".", 1)[0].split("[", 1)[0]
+    if top_field in sensitive or ("'" in message and top_field):
+        return f"Invalid value for `{field_path}`."
+    if message.startswith("Expected `object`"):
+        return "Arguments must be a JSON object."
+    return message.replace(" - at `$.", " at `").rstrip() + ("" if message.endswith(".") else ".")
+
+
+def inline_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """msgspec puts structs under ``$defs``; models are given one self-contained object."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {k: resolve(v) for k, v in node.items() if k != "title"}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    root = resolve({k: v for k, v in schema.items() if k != "$defs"})
+    root.pop("description", None)
+    root.setdefault("properties", {})
+    root.setdefault("required", [])
+    root["additionalProperties"] = False
+    return root
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """Everything a handler may know about the call; identity comes only from here."""
+
+    principal: Principal
+    run_id: str
+    tool_call_id: str
+    request_id: str | None
+    db: Database
+    idempotency_key: str | None = None
+    transaction: AsyncConnection | None = None
+    """Set when the call runs inside the transaction that will also record its outcome."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[AsyncConnection]:
+        if self.transaction is not None:
+            yield self.transaction
+            return
+        async with self.db.connect() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def write_transaction(self) -> AsyncIterator[AsyncConnection]:
+        """The call's transaction when it has one, else a transaction of its own."""
+        if self.transaction is not None:
+            yield self.transaction
+            return
+        async with self.db.begin() as conn:
+            yield conn
+
+
+Handler = Callable[[ToolContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    arguments: ArgumentCodec
+    handler: Handler
+    permission: str
+    mutates: bool = False
+    timeout_s: float | None = None
+    max_result_bytes: int | None = None
+    sensitive_fields: frozenset[str] = frozenset()
+
+    def openai_definition(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.arguments.json_schema(),
+            },
+        }
+
+    def redact(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: (REDACTED if k in self.sensitive_fields else v) for k, v in arguments.items()}
+
+
+def call_hash(tool_name: str, canonical_arguments: bytes) -> str:
+    """Identity of "the same call" for the repeat limit: tool name and canonical arguments."""
+    return hashlib.sha256(tool_name.encode() + b"\x00" + canonical_arguments).hexdigest()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def struct_tool(
+    *,
+    name: str,
+    description: str,
+    arguments: type[msgspec.Struct],
+    permission: str,
+    mutates: bool = False,
+    timeout_s: float | None = None,
+    max_result_bytes: int | None = None,
+    sensitive_fields: frozenset[str] = frozenset(),
+) -> Callable[[Handler], Tool]:
+    """Declare a tool from a handler and its argument Struct."""
+
+    def wrap(handler: Handler) -> Tool:
+        return Tool(
+            name=name,
+            description=description,
+            arguments=StructArguments(arguments, sensitive_fields),
+            handler=handler,
+            permission=permission,
+            mutates=mutates,
+            timeout_s=timeout_s,
+            max_result_bytes=max_result_bytes,
+            sensitive_fields=sensitive_fields,
+        )
+
+    return wrap
