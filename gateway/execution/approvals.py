@@ -1,0 +1,279 @@
+"""Approvals: an administrator's decision on one frozen call, executed at most once.
+
+What is approved is the call as it was requested: tool, canonical arguments (checked
+against their stored sha256), requester and roles, run and ``tool_call_id``. Approving
+first claims the approval (``pending → executing``) in its own committed transaction, so
+concurrent approvers, processes or retries cannot run it twice; the call then runs with
+the requester's identity, and its writes, its outcome and its audit row commit together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import structlog
+
+from gateway.auth.directory import TenantDirectory
+from gateway.auth.principal import Principal
+from gateway.db import approvals as q
+from gateway.db.engine import Database
+from gateway.errors import ErrorCode, GatewayError
+from gateway.execution.results import error_content
+from gateway.execution.runner import CallOutcome, new_error_id, run_tool
+from gateway.settings import Settings
+from gateway.tools.base import ArgumentsInvalid, ToolContext, sha256_hex
+from gateway.tools.registry import ToolRegistry
+
+log = structlog.get_logger("gateway.approvals")
+
+
+def idempotency_key_for(approval_id: str) -> str:
+    """Sent to services that honour one, so a retried execution cannot apply twice."""
+    return hashlib.sha256(b"gateway-approval:" + approval_id.encode()).hexdigest()
+
+
+def effective_status(row: Any, now: datetime) -> str:
+    if row.status == "pending" and row.expires_at <= now:
+        return "expired"
+    return str(row.status)
+
+
+class ApprovalService:
+    def __init__(
+        self, *, settings: Settings, db: Database, registry: ToolRegistry, directory: TenantDirectory
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._registry = registry
+        self._directory = directory
+
+    async def get(self, principal: Principal, approval_id: str) -> Any:
+        async with self._db.connect() as conn:
+            row = await q.get_approval(conn, tenant_id=principal.tenant_id, approval_id=approval_id)
+        if row is None:
+            raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+        return row
+
+    async def get_for_requester(self, principal: Principal, approval_id: str) -> Any:
+        row = await self.get(principal, approval_id)
+        if row.requester_id != principal.user_id and not principal.has("approvals:decide"):
+            raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+        return row
+
+    async def list(
+        self, principal: Principal, *, status: str | None, limit: int, after: tuple[datetime, str] | None
+    ) -> list[Any]:
+        async with self._db.connect() as conn:
+            return await q.list_approvals(
+                conn, tenant_id=principal.tenant_id, status=status, now=_now(), limit=limit, after=after
+            )
+
+    async def approve(self, approver: Principal, approval_id: str, *, request_id: str | None) -> Any:
+        now = _now()
+        async with self._db.begin() as conn:
+            row = await q.get_approval(conn, tenant_id=approver.tenant_id, approval_id=approval_id)
+            if row is None:
+                raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+            refusal: ErrorCode | None = None
+            if row.requester_id == approver.user_id and not self._settings.allow_self_approval:
+                refusal = ErrorCode.SELF_APPROVAL_FORBIDDEN
+            elif not await q.claim_for_execution(
+                conn, tenant_id=approver.tenant_id, approval_id=approval_id, approver_id=approver.user_id, now=now
+            ):
+                refusal = await self._why_not_pending(conn, row, now)
+            await self._audit_decision(conn, approver, row, outcome=(refusal or "APPROVED"), request_id=request_id,
+                                       now=now)
+        if refusal is not None:
+            log.info("approval_refused", approval_id=approval_id, outcome=refusal.value)
+            raise GatewayError(refusal)
+        log.info("approval_approved", approval_id=approval_id, requester=row.requester_id)
+        await self._execute(row, approver, request_id=request_id)
+        return await self.get(approver, approval_id)
+
+    async def reject(self, approver: Principal, approval_id: str, reason: str, *, request_id: str | None) -> Any:
+        now = _now()
+        content = error_content(ErrorCode.APPROVAL_REJECTED, f"An administrator rejected this action: {reason}")
+        async with self._db.begin() as conn:
+            row = await q.get_approval(conn, tenant_id=approver.tenant_id, approval_id=approval_id)
+            if row is None:
+                raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+            refusal: ErrorCode | None = None
+            if await q.reject(
+                conn,
+                tenant_id=approver.tenant_id,
+                approval_id=approval_id,
+                approver_id=approver.user_id,
+                reason=reason,
+                outcome=ErrorCode.APPROVAL_REJECTED.value,
+                content=content,
+                now=now,
+            ):
+                await q.store_call_outcome(
+                    conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
+                    outcome=ErrorCode.APPROVAL_REJECTED.value, content=content, now=now,
+                )
+            else:
+                refusal = await self._why_not_pending(conn, row, now)
+            await self._audit_decision(conn, approver, row, outcome=(refusal or "REJECTED"), request_id=request_id,
+                                       now=now, reason=reason)
+        if refusal is not None:
+            raise GatewayError(refusal)
+        log.info("approval_rejected", approval_id=approval_id)
+        return await self.get(approver, approval_id)
+
+    async def _why_not_pending(self, conn: Any, row: Any, now: datetime) -> ErrorCode:
+        content = error_content(ErrorCode.APPROVAL_EXPIRED)
+        if await q.expire_if_due(
+            conn, tenant_id=row.tenant_id, approval_id=row.id, outcome=ErrorCode.APPROVAL_EXPIRED.value,
+            content=content, now=now,
+        ):
+            await q.store_call_outcome(
+                conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
+                outcome=ErrorCode.APPROVAL_EXPIRED.value, content=content, now=now,
+            )
+            return ErrorCode.APPROVAL_EXPIRED
+        current = await q.get_approval(conn, tenant_id=row.tenant_id, approval_id=row.id)
+        if current is not None and current.status == "expired":
+            return ErrorCode.APPROVAL_EXPIRED
+        return ErrorCode.ALREADY_DECIDED
+
+    async def _execute(self, row: Any, approver: Principal, *, request_id: str | None) -> None:
+        """Run the frozen call as its requester; record outcome and audit with the call's own writes."""
+        tool = self._registry.get(row.tool)
+        canonical = msgspec.json.encode(row.arguments, order="sorted")
+        requester = await self._requester(row)
+        outcome: CallOutcome | None = None
+        try:
+            async with self._db.begin() as conn:
+                if tool is None:
+                    outcome = _failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists.")
+                elif sha256_hex(canonical) != row.arguments_sha256:
+                    outcome = _unexpected("approval_arguments_tampered", approval_id=row.id)
+                elif tool.permission not in requester.permissions:
+                    outcome = _failure(ErrorCode.PERMISSION_DENIED, "The requester may no longer use this tool.")
+                else:
+                    try:
+                        decoded = tool.arguments.decode(canonical)
+                    except ArgumentsInvalid as exc:
+                        outcome = _failure(ErrorCode.INVALID_ARGUMENTS, exc.message)
+                    else:
+                        ctx = ToolContext(
+                            principal=requester,
+                            run_id=row.run_id,
+                            tool_call_id=row.tool_call_id,
+                            request_id=request_id,
+                            db=self._db,
+                            idempotency_key=idempotency_key_for(row.id),
+                            transaction=conn,
+                        )
+                        savepoint = await conn.begin_nested()
+                        outcome = await run_tool(
+                            tool,
+                            decoded,
+                            ctx,
+                            default_timeout_s=self._settings.tool_timeout_s,
+                            default_max_result_bytes=self._settings.tool_max_result_bytes,
+                        )
+                        if outcome.ok:
+                            await savepoint.commit()
+                        else:
+                            await savepoint.rollback()
+                await self._store_outcome(conn, row, approver, outcome, request_id=request_id)
+        except Exception:
+            # The call's writes are rolled back with the transaction; say so durably.
+            error_id = new_error_id()
+            log.exception("approval_execution_failed", approval_id=row.id, error_id=error_id)
+            failed = _failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
+            async with self._db.begin() as conn:
+                await self._store_outcome(conn, row, approver, failed, request_id=request_id)
+            return
+        log.info("approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome)
+
+    async def _store_outcome(
+        self, conn: Any, row: Any, approver: Principal, outcome: CallOutcome, *, request_id: str | None
+    ) -> None:
+        now = _now()
+        await q.finish(
+            conn, tenant_id=row.tenant_id, approval_id=row.id, succeeded=outcome.ok,
+            outcome=outcome.outcome, content=outcome.content, now=now,
+        )
+        await q.store_call_outcome(
+            conn, run_id=row.run_id, tool_call_id=row.tool_call_id, outcome=outcome.outcome,
+            content=outcome.content, now=now,
+        )
+        await q.append_audit(
+            conn,
+            tenant_id=row.tenant_id,
+            kind="tool_call",
+            user_id=row.requester_id,
+            run_id=row.run_id,
+            tool_call_id=row.tool_call_id,
+            tool=row.tool,
+            arguments=self._redacted(row),
+            arguments_sha256=row.arguments_sha256,
+            outcome=outcome.outcome,
+            duration_ms=outcome.duration_ms,
+            approval_id=row.id,
+            request_id=request_id,
+            error_id=outcome.error_id,
+            detail={"approved_by": approver.user_id},
+            created_at=now,
+        )
+
+    async def _audit_decision(
+        self, conn: Any, approver: Principal, row: Any, *, outcome: str, request_id: str | None, now: datetime,
+        reason: str | None = None,
+    ) -> None:
+        detail: dict[str, Any] = {"requester": row.requester_id}
+        if reason is not None:
+            detail["reason"] = reason
+        await q.append_audit(
+            conn,
+            tenant_id=approver.tenant_id,
+            kind="approval_decision",
+            user_id=approver.user_id,
+            run_id=row.run_id,
+            tool_call_id=row.tool_call_id,
+            tool=row.tool,
+            arguments=self._redacted(row),
+            arguments_sha256=row.arguments_sha256,
+            outcome=str(outcome),
+            approval_id=row.id,
+            request_id=request_id,
+            detail=detail,
+            created_at=now,
+        )
+
+    def redacted_arguments(self, row: Any) -> dict[str, Any]:
+        return self._redacted(row)
+
+    def _redacted(self, row: Any) -> dict[str, Any]:
+        tool = self._registry.get(row.tool)
+        arguments = dict(row.arguments)
+        return tool.redact(arguments) if tool is not None else arguments
+
+    async def _requester(self, row: Any) -> Principal:
+        roles = frozenset(row.requester_roles)
+        tenant = await self._directory.get(row.tenant_id)
+        permissions = TenantDirectory.permissions_for(tenant, roles) if tenant is not None else frozenset()
+        return Principal(tenant_id=row.tenant_id, user_id=row.requester_id, roles=roles, permissions=permissions)
+
+
+def _failure(code: ErrorCode, message: str | None, *, error_id: str | None = None) -> CallOutcome:
+    return CallOutcome(
+        outcome=code.value, content=error_content(code, message, error_id=error_id), duration_ms=0.0,
+        error_id=error_id,
+    )
+
+
+def _unexpected(event: str, **fields: Any) -> CallOutcome:
+    error_id = new_error_id()
+    log.error(event, error_id=error_id, **fields)
+    return _failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,84 @@
+"""The per-call checks that need no database, in the order the model sees their codes:
+the tool exists (``TOOL_NOT_FOUND``), the caller's roles grant it (``PERMISSION_DENIED``),
+the arguments decode strictly against its schema (``INVALID_ARGUMENTS``).
+
+A call that fails one gets its outcome here; a call that passes becomes a ``CallPlan``
+that the ledger then counts against the run's budget and repeat limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.auth.principal import Principal
+from gateway.errors import ErrorCode
+from gateway.execution.protocol import ToolCallRequest
+from gateway.execution.results import error_content
+from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, call_hash, sha256_hex
+from gateway.tools.registry import ToolRegistry
+
+
+@dataclass(slots=True)
+class CallPlan:
+    request: ToolCallRequest
+    tool: Tool | None
+    arguments: DecodedArguments | None
+    arguments_sha256: str
+    audit_arguments: dict[str, Any] | None
+    call_hash: str | None = None
+    rejected: ErrorCode | None = None
+    rejection_content: str | None = None
+    needs_approval: bool = False
+    approval_id: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+
+def _reject(request: ToolCallRequest, tool: Tool | None, code: ErrorCode, message: str | None = None) -> CallPlan:
+    return CallPlan(
+        request=request,
+        tool=tool,
+        arguments=None,
+        # Arguments that did not decode are never stored, only their hash: they may hold anything.
+        arguments_sha256=sha256_hex(request.arguments),
+        audit_arguments=None,
+        rejected=code,
+        rejection_content=error_content(code, message),
+    )
+
+
+def check_tool_exists(registry: ToolRegistry, request: ToolCallRequest) -> Tool | None:
+    return registry.get(request.name)
+
+
+def check_permission(principal: Principal, tool: Tool) -> bool:
+    return tool.permission in principal.permissions
+
+
+def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
+    return tool.arguments.decode(request.arguments)
+
+
+def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallRequest) -> CallPlan:
+    tool = check_tool_exists(registry, request)
+    if tool is None:
+        return _reject(request, None, ErrorCode.TOOL_NOT_FOUND, f"No tool named {request.name!r} exists.")
+    if not check_permission(principal, tool):
+        # The tool exists but is not granted: say so, and reveal nothing of its schema.
+        return _reject(request, tool, ErrorCode.PERMISSION_DENIED, f"You are not allowed to use {tool.name!r}.")
+    try:
+        decoded = decode_arguments(tool, request)
+    except ArgumentsInvalid as exc:
+        return _reject(request, tool, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for {tool.name!r}: {exc.message}")
+    return CallPlan(
+        request=request,
+        tool=tool,
+        arguments=decoded,
+        arguments_sha256=sha256_hex(decoded.canonical),
+        audit_arguments=tool.redact(decoded.as_dict),
+        call_hash=call_hash(tool.name, decoded.canonical),
+        needs_approval=tool.mutates,
+    )

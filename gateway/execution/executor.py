@@ -1,0 +1,150 @@
+"""The guarded executor: a model's tool calls in, one ``role=tool`` message per call out.
+
+The order of the guards, as the model sees their codes, is visible here and nowhere else:
+
+1. protocol: the batch as a whole (``INVALID_TOOL_CALL``, ``DUPLICATE_TOOL_CALL_ID``) — checks.py
+2. per call, no database: ``TOOL_NOT_FOUND`` → ``PERMISSION_DENIED`` → ``INVALID_ARGUMENTS`` — checks.py
+3. per call, one atomic database step for the whole batch: replays of known ids, ``RUN_EXPIRED``,
+   ``BUDGET_EXCEEDED`` → ``REPEATED_CALL`` → ``APPROVAL_REQUIRED`` — ledger.py
+4. execution, concurrently, each under its timeout: ``TOOL_TIMEOUT``, business codes,
+   ``TOOL_EXECUTION_FAILED``, results capped in size — runner.py
+5. outcomes and audit rows stored in one statement — ledger.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from gateway.auth.principal import Principal
+from gateway.db.engine import Database
+from gateway.errors import ErrorCode, GatewayError
+from gateway.execution.checks import CallPlan, plan_call
+from gateway.execution.ledger import Admission, FinishedCall, Ledger, RunNotFound
+from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
+from gateway.execution.results import error_content
+from gateway.execution.runner import CallOutcome, run_tool
+from gateway.settings import Settings
+from gateway.tools.base import ToolContext
+from gateway.tools.registry import ToolRegistry
+
+log = structlog.get_logger("gateway.execution")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMessage:
+    tool_call_id: str
+    content: str
+    outcome: str
+    role: str = "tool"
+
+
+class ToolExecutor:
+    def __init__(self, *, settings: Settings, db: Database, registry: ToolRegistry, ledger: Ledger) -> None:
+        self._settings = settings
+        self._db = db
+        self._registry = registry
+        self._ledger = ledger
+
+    async def execute_body(
+        self, principal: Principal, run_id: str, body: bytes, *, request_id: str | None
+    ) -> list[ToolMessage]:
+        """Execute a raw ``{"tool_calls": [...]}`` body; protocol errors raise ``GatewayError`` (422)."""
+        try:
+            requests = parse_batch(body, max_batch_size=self._settings.max_batch_size)
+        except ProtocolError as exc:
+            raise await self._rejection(principal, run_id, exc, request_id=request_id) from None
+        return await self.execute(principal, run_id, requests, request_id=request_id)
+
+    async def _rejection(
+        self, principal: Principal, run_id: str, exc: ProtocolError, *, request_id: str | None
+    ) -> GatewayError:
+        """Audit the refused batch and return the 422 to raise (or raise 404 for a foreign run)."""
+        try:
+            await self._ledger.reject_batch(
+                principal, run_id, exc.code, exc.message, request_id=request_id, now=datetime.now(UTC)
+            )
+        except RunNotFound:
+            raise GatewayError(ErrorCode.NOT_FOUND, "No such run.") from None
+        log.info("tool_batch_rejected", run=run_id, outcome=exc.code.value)
+        return GatewayError(exc.code, exc.message)
+
+    async def execute(
+        self, principal: Principal, run_id: str, requests: list[ToolCallRequest], *, request_id: str | None
+    ) -> list[ToolMessage]:
+        plans = [plan_call(self._registry, principal, request) for request in requests]
+        for plan in plans:
+            if plan.needs_approval:
+                plan.approval_id = "apr_" + uuid.uuid4().hex
+        now = datetime.now(UTC)
+        try:
+            admissions = await self._ledger.admit(principal, run_id, plans, request_id=request_id, now=now)
+        except RunNotFound:
+            raise GatewayError(ErrorCode.NOT_FOUND, "No such run.") from None
+
+        to_run = [(plan, adm) for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
+        outcomes: dict[str, CallOutcome] = {}
+        if len(to_run) == 1:
+            plan, _ = to_run[0]
+            outcomes[plan.id] = await self._run(principal, run_id, plan, request_id)
+        elif to_run:
+            results = await asyncio.gather(*(self._run(principal, run_id, plan, request_id) for plan, _ in to_run))
+            outcomes = {plan.id: outcome for (plan, _), outcome in zip(to_run, results, strict=True)}
+        if outcomes:
+            finished = [
+                FinishedCall(
+                    plan=plan,
+                    outcome=outcomes[plan.id].outcome,
+                    content=outcomes[plan.id].content,
+                    duration_ms=outcomes[plan.id].duration_ms,
+                    error_id=outcomes[plan.id].error_id,
+                )
+                for plan, _ in to_run
+            ]
+            await self._ledger.record(principal, run_id, finished, request_id=request_id, now=datetime.now(UTC))
+
+        messages = []
+        for plan, admission in zip(plans, admissions, strict=True):
+            ran = outcomes.get(plan.id)
+            if ran is not None:
+                message = ToolMessage(tool_call_id=plan.id, content=ran.content, outcome=ran.outcome)
+            else:
+                message = ToolMessage(
+                    tool_call_id=plan.id, content=content_of(admission), outcome=admission.outcome or ""
+                )
+            messages.append(message)
+            log.info(
+                "tool_call_finished",
+                run=run_id,
+                tool=plan.request.name,
+                tool_call_id=plan.id,
+                outcome=message.outcome,
+                decision=admission.decision,
+                duration_ms=ran.duration_ms if ran is not None else None,
+            )
+        return messages
+
+    async def _run(self, principal: Principal, run_id: str, plan: CallPlan, request_id: str | None) -> CallOutcome:
+        assert plan.tool is not None and plan.arguments is not None
+        ctx = ToolContext(
+            principal=principal, run_id=run_id, tool_call_id=plan.id, request_id=request_id, db=self._db
+        )
+        return await run_tool(
+            plan.tool,
+            plan.arguments,
+            ctx,
+            default_timeout_s=self._settings.tool_timeout_s,
+            default_max_result_bytes=self._settings.tool_max_result_bytes,
+        )
+
+
+def content_of(admission: Admission) -> str:
+    """What the model is told for a call the ledger decided or replayed."""
+    if admission.content is not None:
+        return admission.content
+    code = ErrorCode(admission.outcome) if admission.outcome else ErrorCode.TOOL_CALL_IN_PROGRESS
+    return error_content(code, approval_id=admission.approval_id)

@@ -1,0 +1,103 @@
+"""The wire protocol of a tool-call batch and its checks.
+
+A batch breaks the protocol when it is not a JSON object ``{"tool_calls": [...]}``, or a
+call has a missing or empty id, a type other than ``function``, an empty name, or
+arguments that are neither a JSON string nor an object, or two calls share an id. Any of
+these rejects the whole batch before anything runs: the model cannot be answered call by
+call when the calls cannot be told apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from gateway.errors import ErrorCode
+
+MAX_TOOL_CALL_ID_LENGTH = 128
+MAX_TOOL_NAME_LENGTH = 128
+
+
+class FunctionCallIn(msgspec.Struct, kw_only=True):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None
+
+
+class ToolCallIn(msgspec.Struct, kw_only=True):
+    """One entry of an assistant message's ``tool_calls``, exactly as the model produced it."""
+
+    id: str | None = None
+    type: str | None = None
+    function: FunctionCallIn | None = None
+
+
+class ToolCallBatch(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    tool_calls: list[ToolCallIn]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: bytes
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(message)
+
+
+_decoder = msgspec.json.Decoder(ToolCallBatch)
+
+
+def parse_batch(body: bytes, *, max_batch_size: int) -> list[ToolCallRequest]:
+    try:
+        batch = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"Malformed tool-call batch: {exc}.") from None
+    except msgspec.DecodeError:
+        raise ProtocolError(
+            ErrorCode.INVALID_TOOL_CALL, 'The body must be a JSON object: {"tool_calls": [...]}.'
+        ) from None
+    return check_calls(batch.tool_calls, max_batch_size=max_batch_size)
+
+
+def check_calls(calls: list[ToolCallIn], *, max_batch_size: int) -> list[ToolCallRequest]:
+    if not calls:
+        raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, "tool_calls must not be empty.")
+    if len(calls) > max_batch_size:
+        raise ProtocolError(
+            ErrorCode.INVALID_TOOL_CALL, f"A batch may hold at most {max_batch_size} tool calls."
+        )
+    seen: set[str] = set()
+    checked: list[ToolCallRequest] = []
+    for index, call in enumerate(calls):
+        where = f"tool_calls[{index}]"
+        if call.id is None or not call.id.strip():
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.id is missing or empty.")
+        if len(call.id) > MAX_TOOL_CALL_ID_LENGTH:
+            raise ProtocolError(
+                ErrorCode.INVALID_TOOL_CALL, f"{where}.id is longer than {MAX_TOOL_CALL_ID_LENGTH} characters."
+            )
+        if call.type != "function":
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.type must be \"function\".")
+        function = call.function
+        if function is None or function.name is None or not function.name.strip():
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is missing or empty.")
+        if len(function.name) > MAX_TOOL_NAME_LENGTH:
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is too long.")
+        if function.arguments is None:
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.arguments is missing.")
+        if call.id in seen:
+            raise ProtocolError(
+                ErrorCode.DUPLICATE_TOOL_CALL_ID, f"{where}.id repeats an earlier id of this batch."
+            )
+        seen.add(call.id)
+        arguments = function.arguments
+        raw = arguments.encode() if isinstance(arguments, str) else msgspec.json.encode(arguments)
+        checked.append(ToolCallRequest(id=call.id, name=function.name, arguments=raw))
+    return checked
