@@ -1,0 +1,138 @@
+"""Approvals: the requester reads theirs; administrators list and decide them."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.di import Provide
+from litestar.params import Parameter
+
+from gateway.api.context import request_id_of
+from gateway.api.dependencies import provide_approvals
+from gateway.api.openapi import error_responses
+from gateway.api.schemas import ApprovalOutcome, ApprovalPage, ApprovalView, ErrorInfo, RejectBody
+from gateway.auth.guards import requires_permission
+from gateway.auth.principal import Principal
+from gateway.errors import ErrorCode, GatewayError
+from gateway.execution.approvals import ApprovalService, effective_status
+
+APPROVAL_STATUSES = ("pending", "executing", "succeeded", "failed", "rejected", "expired")
+
+
+def outcome_view(code: str | None, content: str | None) -> ApprovalOutcome | None:
+    if code is None or content is None:
+        return None
+    parsed = msgspec.json.decode(content)
+    if parsed.get("ok"):
+        return ApprovalOutcome(
+            code=code,
+            ok=True,
+            result=parsed.get("result"),
+            truncated=bool(parsed.get("truncated", False)),
+            original_bytes=parsed.get("original_bytes"),
+        )
+    return ApprovalOutcome(code=code, ok=False, error=msgspec.convert(parsed["error"], ErrorInfo))
+
+
+def approval_view(row: Any, service: ApprovalService, now: datetime) -> ApprovalView:
+    return ApprovalView(
+        id=row.id,
+        status=effective_status(row, now),
+        tool=row.tool,
+        arguments=service.redacted_arguments(row),
+        arguments_sha256=row.arguments_sha256,
+        run_id=row.run_id,
+        tool_call_id=row.tool_call_id,
+        requested_by=row.requester_id,
+        requested_at=row.created_at,
+        expires_at=row.expires_at,
+        decided_by=row.decided_by,
+        decided_at=row.decided_at,
+        reason=row.reason,
+        outcome=outcome_view(row.outcome, row.outcome_content),
+    )
+
+
+def encode_cursor(row: Any) -> str:
+    raw = msgspec.json.encode([row.created_at.isoformat(), row.id])
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, approval_id = msgspec.json.decode(raw, type=tuple[datetime, str])
+    except (binascii.Error, ValueError, msgspec.DecodeError):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "The cursor is not one this API gave out.") from None
+    return created_at.astimezone(UTC), approval_id
+
+
+class ApprovalController(Controller):
+    path = "/v1/approvals"
+    tags = ["approvals"]
+    dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
+
+    @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(401, 404, 503))
+    async def get_approval(self, principal: Principal, service: ApprovalService, approval_id: str) -> ApprovalView:
+        """The requester (or an approver) reads the approval's status and, once executed, its outcome."""
+        row = await service.get_for_requester(principal, approval_id)
+        return approval_view(row, service, datetime.now(UTC))
+
+
+class AdminApprovalController(Controller):
+    path = "/v1/admin/approvals"
+    tags = ["admin"]
+    guards = [requires_permission("approvals:decide")]
+    dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
+
+    @get("/", summary="List the tenant's approvals", responses=error_responses(400, 401, 403, 503))
+    async def list_approvals(
+        self,
+        principal: Principal,
+        service: ApprovalService,
+        status: Annotated[str | None, Parameter(description=f"One of {', '.join(APPROVAL_STATUSES)}")] = None,
+        limit: Annotated[int, Parameter(ge=1, le=200)] = 50,
+        cursor: str | None = None,
+    ) -> ApprovalPage:
+        """Newest first; pass `next_cursor` back as `cursor` for the next page."""
+        if status is not None and status not in APPROVAL_STATUSES:
+            raise GatewayError(ErrorCode.INVALID_REQUEST, f"status must be one of {', '.join(APPROVAL_STATUSES)}.")
+        after = decode_cursor(cursor) if cursor else None
+        rows = await service.list(principal, status=status, limit=limit + 1, after=after)
+        now = datetime.now(UTC)
+        page = rows[:limit]
+        return ApprovalPage(
+            items=[approval_view(row, service, now) for row in page],
+            next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
+        )
+
+    @post(
+        "/{approval_id:str}/approve",
+        status_code=200,
+        summary="Approve and execute the call",
+        responses=error_responses(401, 403, 404, 409, 503),
+    )
+    async def approve(
+        self, request: Request, principal: Principal, service: ApprovalService, approval_id: str
+    ) -> ApprovalView:
+        """Executes the frozen call exactly once, as its requester; answers the approval with its outcome."""
+        row = await service.approve(principal, approval_id, request_id=request_id_of(request.scope))
+        return approval_view(row, service, datetime.now(UTC))
+
+    @post(
+        "/{approval_id:str}/reject",
+        status_code=200,
+        summary="Reject the call",
+        responses=error_responses(400, 401, 403, 404, 409, 503),
+    )
+    async def reject(
+        self, request: Request, principal: Principal, service: ApprovalService, approval_id: str, data: RejectBody
+    ) -> ApprovalView:
+        """The call's outcome becomes `APPROVAL_REJECTED`, with the reason."""
+        row = await service.reject(principal, approval_id, data.reason, request_id=request_id_of(request.scope))
+        return approval_view(row, service, datetime.now(UTC))

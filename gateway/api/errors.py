@@ -1,0 +1,134 @@
+"""Every HTTP error leaves in one envelope: ``{"error": {"code", "message", "request_id"}}``.
+
+Unknown routes, wrong methods, invalid bodies, oversized bodies, a database that is down
+and unexpected exceptions included. A stack trace never leaves the process: a 5xx is
+logged with its stack under the ``error_id`` the client receives.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+import structlog
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from sqlalchemy import exc as sa_exc
+
+from gateway.api.context import request_id_of
+from gateway.api.schemas import ErrorBody, ErrorEnvelope
+from gateway.errors import ErrorCode, GatewayError
+
+log = structlog.get_logger("gateway.http")
+
+_STATUS_CODES = {
+    400: ErrorCode.INVALID_REQUEST,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    429: ErrorCode.RATE_LIMITED,
+    503: ErrorCode.SERVICE_UNAVAILABLE,
+}
+
+
+def error_response(
+    request: Request,
+    code: ErrorCode,
+    message: str | None,
+    status: int,
+    *,
+    headers: dict[str, str] | None = None,
+    error_id: str | None = None,
+) -> Response[ErrorEnvelope]:
+    from gateway.errors import ERRORS
+
+    body = ErrorBody(
+        code=code.value,
+        message=message or ERRORS[code].message,
+        request_id=request_id_of(request.scope),
+        error_id=error_id,
+    )
+    return Response(
+        content=ErrorEnvelope(error=body), status_code=status, headers=headers, media_type=MediaType.JSON
+    )
+
+
+def handle_gateway_error(request: Request, exc: GatewayError) -> Response[ErrorEnvelope]:
+    return error_response(request, exc.code, exc.message, exc.status, headers=exc.headers)
+
+
+def handle_validation_error(request: Request, exc: ValidationException) -> Response[ErrorEnvelope]:
+    problems = []
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if isinstance(item, dict):
+            key = item.get("key") or item.get("source") or "body"
+            problems.append(f"{key}: {item.get('message', 'invalid')}")
+    message = "Invalid request" + (": " + "; ".join(problems) if problems else ".")
+    return error_response(request, ErrorCode.INVALID_REQUEST, message[:500], 400)
+
+
+def handle_http_exception(request: Request, exc: HTTPException) -> Response[ErrorEnvelope]:
+    status = exc.status_code
+    if status >= 500:
+        return handle_unexpected(request, exc)
+    code = _STATUS_CODES.get(status, ErrorCode.INVALID_REQUEST)
+    return error_response(request, code, None, status, headers=exc.headers or None)
+
+
+def handle_unexpected(request: Request, exc: Exception) -> Response[ErrorEnvelope]:
+    error_id = "err_" + uuid.uuid4().hex[:20]
+    if is_database_unavailable(exc):
+        log.warning("database_unavailable", error_id=error_id, error_type=type(exc).__name__)
+        return error_response(
+            request, ErrorCode.SERVICE_UNAVAILABLE, None, 503, headers={"Retry-After": "1"}, error_id=error_id
+        )
+    log.error("unhandled_exception", error_id=error_id, path=request.url.path, exc_info=exc)
+    return error_response(request, ErrorCode.INTERNAL_ERROR, None, 500, error_id=error_id)
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """Errors that mean "the database cannot be reached now", not "the query was wrong"."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return True
+        if isinstance(current, sa_exc.TimeoutError | ConnectionError | TimeoutError):
+            return True
+        if isinstance(current, OSError) and current.errno is not None:
+            return True
+        module = type(current).__module__
+        if module.startswith("asyncpg") and type(current).__name__ in _ASYNCPG_UNAVAILABLE:
+            return True
+        if isinstance(current, sa_exc.OperationalError) and "database is locked" not in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+_ASYNCPG_UNAVAILABLE = frozenset(
+    {
+        "CannotConnectNowError",
+        "ConnectionDoesNotExistError",
+        "ConnectionFailureError",
+        "InterfaceError",
+        "AdminShutdownError",
+        "CrashShutdownError",
+        "TooManyConnectionsError",
+        "PostgresConnectionError",
+    }
+)
+
+EXCEPTION_HANDLERS = {
+    GatewayError: handle_gateway_error,
+    ValidationException: handle_validation_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}
+
+
+def envelope_bytes(code: ErrorCode, message: str, request_id: str | None) -> bytes:
+    return msgspec.json.encode(ErrorEnvelope(error=ErrorBody(code=code.value, message=message, request_id=request_id)))

@@ -1,0 +1,52 @@
+"""OpenAPI helpers: documented error responses, and request bodies a handler decodes itself.
+
+The tool-calls route reads its raw body so that a malformed batch is still audited and
+answered ``422 INVALID_TOOL_CALL``; ``raw_json_body`` keeps its request schema in the
+OpenAPI document all the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
+
+from gateway.api.schemas import ErrorEnvelope
+from gateway.tools.base import inline_json_schema
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid request (INVALID_REQUEST)",
+    401: "Missing or invalid bearer token (UNAUTHENTICATED)",
+    403: "Not permitted (FORBIDDEN, TENANT_DISABLED, SELF_APPROVAL_FORBIDDEN)",
+    404: "Not found in the caller's tenant (NOT_FOUND)",
+    409: "Conflict (ALREADY_DECIDED, APPROVAL_EXPIRED)",
+    413: "Body too large (PAYLOAD_TOO_LARGE)",
+    422: "Protocol error: nothing ran (INVALID_TOOL_CALL, DUPLICATE_TOOL_CALL_ID)",
+    503: "Database unavailable (SERVICE_UNAVAILABLE)",
+}
+
+
+def raw_json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]:
+    schema = inline_json_schema(msgspec.json.schema(struct))
+
+    @dataclass
+    class OperationWithBody(Operation):
+        def __post_init__(self) -> None:
+            self.request_body = RequestBody(
+                required=True,
+                description=description,
+                content={"application/json": OpenAPIMediaType(schema=schema)},  # type: ignore[arg-type]
+            )
+
+    return OperationWithBody
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    return {
+        status: ResponseSpec(
+            data_container=ErrorEnvelope, description=ERROR_DESCRIPTIONS[status], generate_examples=False
+        )
+        for status in statuses
+    }

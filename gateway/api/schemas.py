@@ -1,0 +1,133 @@
+"""Request and response bodies of the HTTP API (msgspec Structs; input forbids unknown fields)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+
+
+class Input(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class RunLimitsIn(Input):
+    max_tool_calls: PositiveInt | None = None
+    max_repeats: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
+    expires_at: datetime | None = None
+
+
+class RunCreate(RunLimitsIn):
+    """The limits may be given at the top level or under ``limits``, not both."""
+
+    limits: RunLimitsIn | None = None
+
+
+class RunLimits(msgspec.Struct):
+    max_tool_calls: int
+    max_repeats: int
+    expires_at: datetime | None
+
+
+class RunUsage(msgspec.Struct):
+    tool_calls: int
+
+
+class RunView(msgspec.Struct):
+    id: str
+    tenant_id: str
+    user_id: str
+    status: str
+    limits: RunLimits
+    usage: RunUsage
+    created_at: datetime
+
+
+class ToolMessageOut(msgspec.Struct):
+    role: str
+    tool_call_id: str
+    content: str
+    """A JSON string: ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {...}}``."""
+
+
+class ToolCallsResponse(msgspec.Struct):
+    messages: list[ToolMessageOut]
+
+
+class FunctionDefinition(msgspec.Struct):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolDefinition(msgspec.Struct):
+    type: str
+    function: FunctionDefinition
+
+
+class ToolList(msgspec.Struct):
+    tools: list[ToolDefinition]
+
+
+class ErrorInfo(msgspec.Struct, omit_defaults=True):
+    code: str
+    message: str
+    retryable: bool
+    approval_id: str | None = None
+    error_id: str | None = None
+
+
+class ApprovalOutcome(msgspec.Struct, omit_defaults=True):
+    code: str
+    """``OK`` or the error code of the executed (or refused) call."""
+    ok: bool
+    result: Any = None
+    error: ErrorInfo | None = None
+    truncated: bool = False
+    original_bytes: int | None = None
+
+
+class ApprovalView(msgspec.Struct):
+    id: str
+    status: str
+    """``pending``, ``executing``, ``succeeded``, ``failed``, ``rejected`` or ``expired``."""
+    tool: str
+    arguments: dict[str, Any]
+    """The frozen arguments, sensitive fields redacted."""
+    arguments_sha256: str
+    run_id: str
+    tool_call_id: str
+    requested_by: str
+    requested_at: datetime
+    expires_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    reason: str | None
+    outcome: ApprovalOutcome | None
+
+
+class ApprovalPage(msgspec.Struct):
+    items: list[ApprovalView]
+    next_cursor: str | None = None
+
+
+class RejectBody(Input):
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+
+
+class ErrorBody(msgspec.Struct, omit_defaults=True):
+    code: str
+    message: str
+    request_id: str | None = None
+    error_id: str | None = None
+
+
+class ErrorEnvelope(msgspec.Struct):
+    error: ErrorBody
+
+
+class Health(msgspec.Struct):
+    status: str

@@ -1,0 +1,196 @@
+"""`gateway ...` commands: serve, migrate, seed-demo, token."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.settings import Settings, SettingsError
+
+DEMO_SECRET_FILE = ".gateway-demo-secret"
+DEMO_TOKEN_TTL_S = 12 * 3600
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SettingsError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="A guarded, multi-tenant tool gateway for LLM agents.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="apply migrations and serve the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="demo mode: keep a generated secret in ./.gateway-demo-secret, seed the demo tenants, print tokens",
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+    migrate = commands.add_parser("migrate", help="apply the database migrations and exit")
+    migrate.set_defaults(handler=cmd_migrate)
+
+    seed = commands.add_parser("seed-demo", help="create the demo tenants acme and globex (idempotent)")
+    seed.set_defaults(handler=cmd_seed_demo)
+
+    token = commands.add_parser("token", help="mint a development token with GATEWAY_JWT_SECRET")
+    token.add_argument("--tenant", required=True)
+    token.add_argument("--user", required=True)
+    token.add_argument("--role", action="append", dest="roles", metavar="ROLE",
+                       help="a role (repeat for several); default: the user's roles in the directory")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    token.add_argument("--demo", action="store_true", help=f"sign with the demo secret in ./{DEMO_SECRET_FILE}")
+    token.set_defaults(handler=cmd_token)
+    return parser
+
+
+def load_settings(*, demo: bool = False) -> Settings:
+    settings = Settings.from_env()
+    if demo or settings.demo:
+        secret = settings.jwt_secret or demo_secret(Path.cwd() / DEMO_SECRET_FILE)
+        os.environ["GATEWAY_JWT_SECRET"] = secret
+        os.environ["GATEWAY_DEMO"] = "true"
+        return Settings.from_env()
+    return settings
+
+
+def demo_secret(path: Path) -> str:
+    """A random secret kept beside the demo database, so tokens survive a restart."""
+    if path.exists():
+        return path.read_text().strip()
+    secret = secrets.token_urlsafe(48)
+    path.write_text(secret + "\n")
+    path.chmod(0o600)
+    return secret
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from gateway.db.migrate import upgrade_to_head
+    from gateway.logging import configure_logging
+
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, settings.log_format)
+    upgrade_to_head(settings.database_url)
+    print("gateway: database is at the latest migration", file=sys.stderr)
+    return 0
+
+
+def cmd_seed_demo(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    _seed(settings)
+    print("gateway: demo tenants acme and globex are ready", file=sys.stderr)
+    return 0
+
+
+def _seed(settings: Settings) -> None:
+    from gateway.db.engine import Database
+    from gateway.demo import seed_demo
+
+    async def run() -> None:
+        db = Database.from_settings(settings)
+        try:
+            await seed_demo(db)
+        finally:
+            await db.dispose()
+
+    asyncio.run(run())
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from gateway.auth.dev_tokens import mint_token
+
+    settings = load_settings(demo=args.demo)
+    if settings.jwt_secret is None:
+        raise SettingsError("GATEWAY_JWT_SECRET must be set to mint a token (or pass --demo)")
+    roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
+    print(mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=args.ttl))
+    return 0
+
+
+def _directory_roles(settings: Settings, tenant_id: str, user_id: str) -> list[str]:
+    from gateway.db.engine import Database
+    from gateway.db.tenants import user_roles
+
+    async def run() -> list[str] | None:
+        db = Database.from_settings(settings)
+        try:
+            async with db.connect() as conn:
+                return await user_roles(conn, tenant_id=tenant_id, user_id=user_id)
+        finally:
+            await db.dispose()
+
+    roles = asyncio.run(run())
+    if roles is None:
+        raise SettingsError(f"no user {user_id!r} in tenant {tenant_id!r}; name the roles with --role")
+    return roles
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.db.migrate import upgrade_to_head
+    from gateway.logging import configure_logging
+
+    settings = load_settings(demo=args.demo)
+    configure_logging(settings.log_level, settings.log_format)
+    if not settings.demo:
+        settings.require_signing_setup()
+    upgrade_to_head(settings.database_url)
+    if settings.demo:
+        _seed(settings)
+        print_demo_banner(settings, args.host, args.port)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        loop="uvloop" if _has("uvloop") else "asyncio",
+        http="httptools" if _has("httptools") else "h11",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def print_demo_banner(settings: Settings, host: str, port: int) -> None:
+    from gateway.auth.dev_tokens import mint_token
+    from gateway.demo import DEMO_TENANTS, DEMO_USERS
+
+    base = f"http://{host}:{port}"
+    out = sys.stdout
+    print(f"\ngateway demo on {base}  (database: {settings.database_url})", file=out)
+    print(f"Development tokens, valid {DEMO_TOKEN_TTL_S // 3600} h:", file=out)
+    first = None
+    for tenant_id in DEMO_TENANTS:
+        for user in DEMO_USERS:
+            token = mint_token(settings, tenant_id=tenant_id, user_id=user.id, roles=user.roles,
+                               ttl_s=DEMO_TOKEN_TTL_S)
+            first = first or token
+            print(f"  {tenant_id}/{user.id} ({', '.join(user.roles)}):\n    {token}", file=out)
+    print("\nList the tools alice may use:", file=out)
+    print(f"  curl -s -H {shlex.quote('Authorization: Bearer ' + str(first))} {base}/v1/tools\n", file=out)
+    print(f"API docs: {base}/schema   OpenAPI: {base}/schema/openapi.json\n", file=out, flush=True)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
