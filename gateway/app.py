@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import httpx
 from litestar import Litestar
-from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
@@ -16,7 +15,6 @@ from litestar.openapi.spec import Components, SecurityScheme
 
 from gateway.api.approvals import AdminApprovalController, ApprovalController
 from gateway.api.context import RequestContextMiddleware
-from gateway.api.dependencies import provide_principal
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
 from gateway.api.runs import RunController
@@ -29,6 +27,7 @@ from gateway.db.engine import Database
 from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
+from gateway.execution.runs import RunService
 from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
@@ -64,9 +63,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.tenant_directory = directory
         state.executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger)
         state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
+        state.runs = RunService(settings=settings, db=db, directory=directory)
         try:
             yield
         finally:
+            await ledger.close()
             await http.aclose()
             await db.dispose()
 
@@ -79,7 +80,6 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             ApprovalController,
             AdminApprovalController,
         ],
-        dependencies={"principal": Provide(provide_principal, sync_to_thread=False)},
         middleware=[DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS)],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         lifespan=[lifespan],

@@ -165,6 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         server_header=False,
+        proxy_headers=False,
         timeout_graceful_shutdown=30,
     )
     return 0

@@ -11,6 +11,7 @@ import logging
 import sys
 from typing import Any
 
+import msgspec
 import structlog
 
 # Keys whose values never reach a log line, wherever they appear in an event.
@@ -41,15 +42,22 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
+    if fmt == "json":
+        # msgspec renders an event several times faster than the json module; the hot
+        # path logs one event per tool call.
+        final: Any = structlog.processors.JSONRenderer(serializer=_encode_event)
+        factory: Any = structlog.BytesLoggerFactory(sys.stderr.buffer)
+    else:
+        final, factory = renderer, structlog.PrintLoggerFactory(sys.stderr)
     structlog.configure(
         processors=[
             *shared_processors(),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
-            renderer,
+            final,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -63,6 +71,13 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     root.setLevel(numeric_level)
     # uvicorn's access log duplicates our request events and logs raw paths with query strings.
     logging.getLogger("uvicorn.access").disabled = True
+
+
+_event_encoder = msgspec.json.Encoder(enc_hook=str)
+
+
+def _encode_event(event: dict[str, Any], **_: Any) -> bytes:
+    return _event_encoder.encode(event)
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -9,15 +9,14 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, post
-from litestar.di import Provide
-from litestar.params import Parameter
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from gateway.api.context import request_id_of
-from gateway.api.dependencies import provide_approvals
+from gateway.api.dependencies import principal_of, provide_approvals
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ApprovalOutcome, ApprovalPage, ApprovalView, ErrorInfo, RejectBody
 from gateway.auth.guards import requires_permission
-from gateway.auth.principal import Principal
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.approvals import ApprovalService, effective_status
 
@@ -78,9 +77,9 @@ class ApprovalController(Controller):
     dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
 
     @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(401, 404, 503))
-    async def get_approval(self, principal: Principal, service: ApprovalService, approval_id: str) -> ApprovalView:
+    async def get_approval(self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str]) -> ApprovalView:
         """The requester (or an approver) reads the approval's status and, once executed, its outcome."""
-        row = await service.get_for_requester(principal, approval_id)
+        row = await service.get_for_requester(principal_of(request), approval_id)
         return approval_view(row, service, datetime.now(UTC))
 
 
@@ -93,17 +92,17 @@ class AdminApprovalController(Controller):
     @get("/", summary="List the tenant's approvals", responses=error_responses(400, 401, 403, 503))
     async def list_approvals(
         self,
-        principal: Principal,
-        service: ApprovalService,
-        status: Annotated[str | None, Parameter(description=f"One of {', '.join(APPROVAL_STATUSES)}")] = None,
-        limit: Annotated[int, Parameter(ge=1, le=200)] = 50,
-        cursor: str | None = None,
+        request: Request,
+        service: NamedDependency[ApprovalService],
+        status: Annotated[str | None, QueryParameter(description=f"One of {', '.join(APPROVAL_STATUSES)}")] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=200)] = 50,
+        cursor: FromQuery[str | None] = None,
     ) -> ApprovalPage:
         """Newest first; pass `next_cursor` back as `cursor` for the next page."""
         if status is not None and status not in APPROVAL_STATUSES:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"status must be one of {', '.join(APPROVAL_STATUSES)}.")
         after = decode_cursor(cursor) if cursor else None
-        rows = await service.list(principal, status=status, limit=limit + 1, after=after)
+        rows = await service.list(principal_of(request), status=status, limit=limit + 1, after=after)
         now = datetime.now(UTC)
         page = rows[:limit]
         return ApprovalPage(
@@ -118,10 +117,10 @@ class AdminApprovalController(Controller):
         responses=error_responses(401, 403, 404, 409, 503),
     )
     async def approve(
-        self, request: Request, principal: Principal, service: ApprovalService, approval_id: str
+        self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str]
     ) -> ApprovalView:
         """Executes the frozen call exactly once, as its requester; answers the approval with its outcome."""
-        row = await service.approve(principal, approval_id, request_id=request_id_of(request.scope))
+        row = await service.approve(principal_of(request), approval_id, request_id=request_id_of(request.scope))
         return approval_view(row, service, datetime.now(UTC))
 
     @post(
@@ -131,8 +130,8 @@ class AdminApprovalController(Controller):
         responses=error_responses(400, 401, 403, 404, 409, 503),
     )
     async def reject(
-        self, request: Request, principal: Principal, service: ApprovalService, approval_id: str, data: RejectBody
+        self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str], data: JSONBody[RejectBody]
     ) -> ApprovalView:
         """The call's outcome becomes `APPROVAL_REJECTED`, with the reason."""
-        row = await service.reject(principal, approval_id, data.reason, request_id=request_id_of(request.scope))
+        row = await service.reject(principal_of(request), approval_id, data.reason, request_id=request_id_of(request.scope))
         return approval_view(row, service, datetime.now(UTC))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from litestar import Controller, MediaType, Response, get
-from litestar.di import Provide
+from litestar import Controller, MediaType, Request, Response, get
+from litestar.di import NamedDependency, Provide
 
-from gateway.api.dependencies import provide_registry
+from gateway.api.dependencies import principal_of, provide_registry
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ToolList
-from gateway.auth.principal import Principal
 from gateway.tools.registry import ToolRegistry
 
 
@@ -18,6 +17,7 @@ class ToolController(Controller):
     dependencies = {"registry": Provide(provide_registry, sync_to_thread=False)}
 
     @get("/", summary="List the caller's tools", responses=error_responses(401, 503))
-    async def list_tools(self, principal: Principal, registry: ToolRegistry) -> Response[ToolList]:
+    async def list_tools(self, request: Request, registry: NamedDependency[ToolRegistry]) -> Response[ToolList]:
         """Only the tools the caller's roles grant, sorted by name; identical bytes between calls."""
-        return Response(content=registry.definitions_json(principal.permissions), media_type=MediaType.JSON)
+        permissions = principal_of(request).permissions
+        return Response(content=registry.definitions_json(permissions), media_type=MediaType.JSON)

@@ -8,8 +8,10 @@ key) are refused. Every failure raises ``InvalidToken``; the reason is for logs 
 
 from __future__ import annotations
 
-import msgspec
+import time
+
 import jwt
+import msgspec
 
 from gateway.auth.jwks import JwksCache, JwksKeyNotFound
 from gateway.settings import Settings
@@ -32,6 +34,36 @@ class Claims(msgspec.Struct, frozen=True):
     exp: int | float
 
 
+class VerifiedTokenCache:
+    """Tokens already verified, so that a client sending the same token on every call pays
+    for the signature check once. An entry never outlives its token's ``exp`` nor
+    ``max_age_s`` (so a key withdrawn from the JWKS stops being honoured within that time),
+    and ``nbf`` is checked again on every hit."""
+
+    def __init__(self, *, max_entries: int = 10_000, max_age_s: float = 60.0) -> None:
+        self._entries: dict[str, tuple[float, float | None, Claims]] = {}
+        self._max_entries = max_entries
+        self._max_age_s = max_age_s
+
+    def get(self, token: str, now: float, leeway: float) -> Claims | None:
+        entry = self._entries.get(token)
+        if entry is None:
+            return None
+        valid_until, not_before, claims = entry
+        if now >= valid_until:
+            del self._entries[token]
+            return None
+        if not_before is not None and now + leeway < not_before:
+            return None
+        return claims
+
+    def put(self, token: str, claims: Claims, not_before: float | None, now: float, leeway: float) -> None:
+        if len(self._entries) >= self._max_entries:
+            self._entries.clear()
+        valid_until = min(float(claims.exp) + leeway, now + self._max_age_s)
+        self._entries[token] = (valid_until, not_before, claims)
+
+
 class TokenVerifier:
     def __init__(self, settings: Settings, jwks: JwksCache | None = None) -> None:
         self._secret = settings.jwt_secret
@@ -46,8 +78,18 @@ class TokenVerifier:
         if self._audience:
             required.append("aud")
         self._options = {"require": required, "verify_aud": self._audience is not None}
+        self._cache = VerifiedTokenCache()
 
     async def verify(self, token: str) -> Claims:
+        now = time.time()
+        cached = self._cache.get(token, now, self._leeway)
+        if cached is not None:
+            return cached
+        claims, not_before = await self._verify(token)
+        self._cache.put(token, claims, not_before, now, self._leeway)
+        return claims
+
+    async def _verify(self, token: str) -> tuple[Claims, float | None]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -82,7 +124,8 @@ class TokenVerifier:
             raise InvalidToken("claim_value")
         if any(not role or len(role) > 64 for role in claims.roles):
             raise InvalidToken("claim_value")
-        return claims
+        not_before = payload.get("nbf")
+        return claims, float(not_before) if isinstance(not_before, int | float) else None
 
     async def _key_for(self, algorithm: str, kid: object) -> object:
         family = _KEY_FAMILY.get(algorithm[:2])

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.auth.principal import Principal
+from gateway.db.batching import StatementBatcher
 from gateway.db.engine import Database
 from gateway.db.models import Approval, AuditEvent, Run, RunCallCount, ToolCall
 from gateway.errors import ErrorCode
@@ -109,6 +111,9 @@ class Ledger(ABC):
     def approval_expiry(self, now: datetime) -> datetime:
         return now + self._approval_ttl
 
+    async def close(self) -> None:
+        """Stop background work (nothing to stop by default)."""
+
 
 def _call_payload(plan: CallPlan) -> dict[str, Any]:
     payload: dict[str, Any] = {
@@ -129,59 +134,96 @@ def _call_payload(plan: CallPlan) -> dict[str, Any]:
     return payload
 
 
+@dataclass(frozen=True, slots=True)
+class _AdmitItem:
+    principal: Principal
+    run_id: str
+    plans: list[CallPlan]
+    request_id: str | None
+    approval_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordItem:
+    principal: Principal
+    run_id: str
+    finished: list[FinishedCall]
+    request_id: str | None
+
+
 class PostgresLedger(Ledger):
+    """Concurrent requests' admissions go to PostgreSQL together, as do their records
+    (``StatementBatcher``): one statement and one commit serve every request in a batch."""
+
     ADMIT = (
-        "SELECT o_tool_call_id, o_decision, o_outcome, o_content, o_approval_id, o_approval_status "
-        "FROM gateway_admit_calls($1, $2, $3, $4::jsonb, $5, $6, $7, $8::jsonb, $9::jsonb)"
+        "SELECT o_batch, o_tool_call_id, o_decision, o_outcome, o_content, o_approval_id, o_approval_status "
+        "FROM gateway_admit_calls($1, $2::jsonb, $3::jsonb)"
     )
-    RECORD = """
-        WITH rows AS (
-            SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(
-                tool_call_id text, tool text, outcome text, content text, duration_ms float8,
-                error_id text, audit_args jsonb, args_sha256 text)
-        ), stored AS (
-            UPDATE tool_calls t
-               SET status = 'done', outcome = r.outcome, content = r.content, finished_at = $2
-              FROM rows r
-             WHERE t.run_id = $3 AND t.tool_call_id = r.tool_call_id
-        )
-        INSERT INTO audit_events (tenant_id, kind, user_id, run_id, tool_call_id, tool, arguments,
-                                  arguments_sha256, outcome, duration_ms, request_id, error_id, created_at)
-        SELECT $4, 'tool_call', $5, $3, r.tool_call_id, r.tool, r.audit_args, r.args_sha256, r.outcome,
-               r.duration_ms, $6, r.error_id, $2
-          FROM rows r
-    """
+    RECORD = "SELECT gateway_record_calls($1, $2::jsonb)"
     _contents = msgspec.json.encode(LEDGER_CONTENTS).decode()
     _encoder = msgspec.json.Encoder()
+
+    def __init__(self, db: Database, *, approval_ttl: timedelta) -> None:
+        super().__init__(db, approval_ttl=approval_ttl)
+        self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(self._admit_many)
+        self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(self._record_many)
 
     async def admit(
         self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
     ) -> list[Admission]:
-        calls = self._encoder.encode([_call_payload(plan) for plan in plans]).decode()
-        roles = self._encoder.encode(sorted(principal.roles)).decode()
-        async with self._db.driver() as driver:
-            rows = await driver.fetch(
-                self.ADMIT,
-                run_id,
-                principal.tenant_id,
-                principal.user_id,
-                roles,
-                request_id,
-                now,
-                self.approval_expiry(now),
-                calls,
-                self._contents,
-            )
-        if len(rows) == 1 and rows[0][1] == "no_run":
+        item = _AdmitItem(principal, run_id, plans, request_id, self.approval_expiry(now))
+        admissions = await self._admissions.submit(item)
+        if admissions is None:
             raise RunNotFound(run_id)
-        return [Admission(*row) for row in rows]
+        return admissions
 
     async def record(
         self, principal: Principal, run_id: str, finished: list[FinishedCall], *, request_id: str | None, now: datetime
     ) -> None:
+        await self._records.submit(_RecordItem(principal, run_id, finished, request_id))
+
+    async def close(self) -> None:
+        await self._admissions.close()
+        await self._records.close()
+
+    async def _admit_many(self, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
+        # Runs are locked in the order given: sorting by run id keeps every statement's order the same.
+        order = sorted(range(len(items)), key=lambda i: items[i].run_id)
+        batches = [
+            {
+                "run_id": items[i].run_id,
+                "tenant_id": items[i].principal.tenant_id,
+                "user_id": items[i].principal.user_id,
+                "roles": sorted(items[i].principal.roles),
+                "request_id": items[i].request_id,
+                "approval_expires_at": items[i].approval_expires_at.isoformat(),
+                "calls": [_call_payload(plan) for plan in items[i].plans],
+            }
+            for i in order
+        ]
+        async with self._db.driver() as driver:
+            rows = await driver.fetch(
+                self.ADMIT, datetime.now(UTC), self._encoder.encode(batches).decode(), self._contents
+            )
+        grouped: list[list[Admission] | None] = [[] for _ in items]
+        for row in rows:
+            position = order[row[0]]
+            if row[2] == "no_run":
+                grouped[position] = None
+            else:
+                admissions = grouped[position]
+                assert admissions is not None
+                admissions.append(Admission(*row[1:]))
+        return grouped
+
+    async def _record_many(self, items: Sequence[_RecordItem]) -> list[None]:
         rows = self._encoder.encode(
             [
                 {
+                    "run_id": item.run_id,
+                    "tenant_id": item.principal.tenant_id,
+                    "user_id": item.principal.user_id,
+                    "request_id": item.request_id,
                     "tool_call_id": f.plan.id,
                     "tool": f.plan.request.name,
                     "outcome": f.outcome,
@@ -191,11 +233,13 @@ class PostgresLedger(Ledger):
                     "audit_args": f.plan.audit_arguments,
                     "args_sha256": f.plan.arguments_sha256,
                 }
-                for f in finished
+                for item in items
+                for f in item.finished
             ]
         ).decode()
         async with self._db.driver() as driver:
-            await driver.execute(self.RECORD, rows, now, run_id, principal.tenant_id, principal.user_id, request_id)
+            await driver.execute(self.RECORD, datetime.now(UTC), rows)
+        return [None] * len(items)
 
 
 _runs = Run.__table__

@@ -1,0 +1,129 @@
+"""Shared fixtures: a real PostgreSQL (found or started, never skipped), migrated databases
+for PostgreSQL and SQLite, and the app behind Litestar's test client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.db.engine import Database
+from gateway.db.migrate import upgrade_to_head
+from gateway.demo import seed_demo
+from gateway.settings import Settings
+from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
+from tests.support.tokens import TEST_SECRET
+
+
+def _admin(server: PostgresServer, *statements: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect(server.admin_dsn)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    try:
+        server = find_or_start_postgres()
+    except PostgresUnavailable as exc:
+        pytest.exit(str(exc), returncode=3)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_template(postgres: PostgresServer) -> Iterator[str]:
+    """A database migrated once with `alembic upgrade head`; each test gets a copy."""
+    name = f"gw_tpl_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    _admin(postgres, f'CREATE DATABASE "{name}"')
+    upgrade_to_head(postgres.sqlalchemy_url(name))
+    yield name
+    _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer, pg_template: str) -> Iterator[str]:
+    name = f"gw_t_{uuid.uuid4().hex[:12]}"
+    _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield postgres.sqlalchemy_url(name)
+    _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    upgrade_to_head(f"sqlite+aiosqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "gateway.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Backend-independent behaviour runs on both."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return request.getfixturevalue(fixture)
+
+
+def make_settings(database_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "jwt_secret": TEST_SECRET,
+        "jwt_leeway_s": 0,
+        "policy_cache_s": 0.0,
+        "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+async def seeded(database_url: str) -> None:
+    db = Database.from_settings(Settings(database_url=database_url))
+    try:
+        await seed_demo(db)
+    finally:
+        await db.dispose()
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    """Override in a test module to change the app's settings."""
+    return {}
+
+
+@pytest.fixture
+async def client(database_url: str, settings_overrides: dict[str, Any]) -> AsyncIterator[AsyncTestClient]:
+    await seeded(database_url)
+    app = create_app(make_settings(database_url, **settings_overrides))
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+async def pg_client(pg_url: str, settings_overrides: dict[str, Any]) -> AsyncIterator[AsyncTestClient]:
+    await seeded(pg_url)
+    app = create_app(make_settings(pg_url, **settings_overrides))
+    async with AsyncTestClient(app=app) as test_client:
+        yield test_client
