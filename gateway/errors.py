@@ -162,8 +162,30 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
 }
 
 
-def spec_for(code: ErrorCode) -> ErrorSpec:
-    return ERRORS[code]
+TOOL_RESULT_CODES = frozenset(
+    {
+        E.TOOL_NOT_FOUND, E.PERMISSION_DENIED, E.INVALID_ARGUMENTS, E.RUN_EXPIRED, E.BUDGET_EXCEEDED,
+        E.REPEATED_CALL, E.APPROVAL_REQUIRED, E.APPROVAL_REJECTED, E.APPROVAL_EXPIRED, E.TOOL_CALL_IN_PROGRESS,
+        E.TOOL_TIMEOUT, E.CONFLICT, E.BUSINESS_RULE_VIOLATION, E.TOOL_EXECUTION_FAILED, E.NOT_FOUND,
+        E.RATE_LIMITED,
+    }
+)
+"""Codes that reach the model as a ``role=tool`` result (some are HTTP answers as well)."""
+
+
+def markdown_table() -> str:
+    """The README's error-code table, generated from ``ERRORS``."""
+    lines = ["| code | HTTP status | retryable | meaning |", "|---|---|---|---|"]
+    for spec in ERRORS.values():
+        if spec.code in TOOL_RESULT_CODES:
+            status = f"{spec.status} / tool result" if spec.code in _ALSO_HTTP else "tool result"
+        else:
+            status = str(spec.status)
+        lines.append(f"| `{spec.code}` | {status} | {'yes' if spec.retryable else 'no'} | {spec.meaning} |")
+    return "\n".join(lines)
+
+
+_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED})
 
 
 class GatewayError(Exception):

@@ -143,3 +143,15 @@ FIELD_DOCS: dict[str, str] = {
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
 }
+
+
+def markdown_table() -> str:
+    """The README's configuration table, generated from the fields and ``FIELD_DOCS``."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in zip(Settings.__struct_fields__, msgspec.structs.fields(Settings), strict=True):
+        default = field.default
+        if isinstance(default, tuple):
+            default = ",".join(default)
+        shown = "(none)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
+        lines.append(f"| `{ENV_PREFIX}{name.upper()}` | {shown} | {FIELD_DOCS[name]} |")
+    return "\n".join(lines)
