@@ -97,9 +97,8 @@ class RunCallCount(Base):
 
     __tablename__ = "run_call_counts"
 
-    run_id: Mapped[str] = mapped_column(
-        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    # No foreign keys on the hot path's tables: see migration 0001.
+    run_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     call_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     count: Mapped[int] = mapped_column(sa.Integer)
 
@@ -110,9 +109,7 @@ class ToolCall(Base):
 
     __tablename__ = "tool_calls"
 
-    run_id: Mapped[str] = mapped_column(
-        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     tool_call_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(sa.String(64))
     tool: Mapped[str] = mapped_column(sa.String(128))

@@ -25,12 +25,15 @@ class CallPlan:
     tool: Tool | None
     arguments: DecodedArguments | None
     arguments_sha256: str
-    audit_arguments: dict[str, Any] | None
+    audit_arguments: Any
+    """JSON-ready: a dict, or the canonical arguments as ``msgspec.Raw`` when nothing needs redacting."""
     call_hash: str | None = None
     rejected: ErrorCode | None = None
     rejection_content: str | None = None
     needs_approval: bool = False
     approval_id: str | None = None
+    tool_call_cap: int | None = None
+    """Most calls of this tool in one run (the tenant's tool policy); None: no cap of its own."""
 
     @property
     def id(self) -> str:
@@ -78,7 +81,7 @@ def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallReq
         tool=tool,
         arguments=decoded,
         arguments_sha256=sha256_hex(decoded.canonical),
-        audit_arguments=tool.redact(decoded.as_dict),
+        audit_arguments=tool.audit_arguments(decoded),
         call_hash=call_hash(tool.name, decoded.canonical),
         needs_approval=tool.mutates,
     )
