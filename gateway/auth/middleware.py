@@ -50,6 +50,7 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
             user_id=claims.sub,
             roles=roles,
             permissions=TenantDirectory.permissions_for(tenant, roles),
+            tool_policies=tenant.tool_policies,
         )
         structlog.contextvars.bind_contextvars(tenant=principal.tenant_id, user=principal.user_id)
         return AuthenticationResult(user=principal, auth=None)
