@@ -134,7 +134,6 @@ class AuditController(Controller):
         "/export",
         summary="Export the tenant's audit rows (JSON Lines or CSV)",
         responses=error_responses(400, 401, 403, 503),
-        media_type="application/x-ndjson",
     )
     async def export_audit(
         self,
