@@ -145,6 +145,8 @@ class AuditSealer:
 
     async def seal_once(self, *, wait: bool = False) -> int | None:
         """One batch in one transaction; ``None`` when another process holds the turn."""
+        if not await self._has_unsealed():
+            return 0
         try:
             async with self._db.begin() as conn:
                 if not await take_turn(conn, wait=wait):
@@ -153,6 +155,14 @@ class AuditSealer:
         except (ChainRaced, sa_exc.IntegrityError):
             log.info("audit_seal_raced")
             return 0
+
+    async def _has_unsealed(self) -> bool:
+        """A cheap read first, so an idle round takes no write lock (SQLite) and no turn (PostgreSQL)."""
+        async with self._db.connect() as conn:
+            found = await conn.scalar(
+                sa.select(audit_events.c.id).where(audit_events.c.chain_seq.is_(None)).limit(1)
+            )
+        return found is not None
 
     async def seal_pending(self, *, wait: bool = True, max_batches: int | None = None) -> int:
         """Seal until nothing is left (or ``max_batches``); the number of rows sealed."""
