@@ -51,6 +51,7 @@ class TenantDirectory:
                 user_id=user_id,
                 roles=role_set,
                 permissions=self.permissions_for(entry.record, role_set),
+                tool_policies=entry.record.tool_policies,
             )
             if len(entry.principals) > 10_000:
                 entry.principals.clear()

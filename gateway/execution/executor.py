@@ -30,6 +30,7 @@ from gateway.execution.ledger import Admission, FinishedCall, Ledger, RunNotFoun
 from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, run_tool
+from gateway.execution.transactional import TransactionalCalls
 from gateway.settings import Settings
 from gateway.tools.base import Tool, ToolContext
 from gateway.tools.registry import ToolRegistry
@@ -51,6 +52,7 @@ class ToolExecutor:
         self._db = db
         self._registry = registry
         self._ledger = ledger
+        self._transactional = TransactionalCalls(settings=settings, db=db)
 
     async def execute_body(
         self, principal: Principal, run_id: str, body: bytes, *, request_id: str | None
@@ -90,7 +92,9 @@ class ToolExecutor:
 
         to_run = [plan for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
         outcomes = await self._run_all(principal, run_id, to_run, request_id) if to_run else {}
-        if outcomes:
+        # A call that changes data without approval recorded itself with its writes.
+        to_record = [plan for plan in to_run if not plan.transactional]
+        if to_record:
             finished = [
                 FinishedCall(
                     plan=plan,
@@ -99,7 +103,7 @@ class ToolExecutor:
                     duration_ms=outcomes[plan.id].duration_ms,
                     error_id=outcomes[plan.id].error_id,
                 )
-                for plan in to_run
+                for plan in to_record
             ]
             await self._ledger.record(principal, run_id, finished, request_id=request_id, now=datetime.now(UTC))
 
@@ -149,6 +153,8 @@ class ToolExecutor:
 
     async def _run(self, principal: Principal, run_id: str, plan: CallPlan, request_id: str | None) -> CallOutcome:
         assert plan.tool is not None and plan.arguments is not None
+        if plan.transactional:
+            return await self._transactional.run_plan(principal, run_id, plan, request_id=request_id)
         ctx = ToolContext(
             principal=principal, run_id=run_id, tool_call_id=plan.id, request_id=request_id, db=self._db
         )

@@ -447,7 +447,7 @@ def _audit_row(
         "run_id": run_id,
         "tool_call_id": plan.id,
         "tool": plan.request.name,
-        "arguments": _as_python(plan.audit_arguments),
+        "arguments": plan.audit_arguments_value(),
         "arguments_sha256": plan.arguments_sha256,
         "outcome": outcome,
         "duration_ms": duration_ms,
@@ -457,10 +457,6 @@ def _audit_row(
         "detail": None,
         "created_at": now,
     }
-
-
-def _as_python(value: Any) -> Any:
-    return msgspec.json.decode(value) if isinstance(value, msgspec.Raw) else value
 
 
 def create_ledger(db: Database, *, approval_ttl: timedelta) -> Ledger:
