@@ -10,6 +10,7 @@ from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
 from gateway.auth.tokens import InvalidToken, TokenVerifier
 from gateway.errors import ErrorCode, GatewayError
+from gateway.observability.timing import AUTH, timer_of
 
 log = structlog.get_logger("gateway.auth")
 
@@ -24,6 +25,8 @@ def unauthenticated() -> GatewayError:
 
 class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
+        timer = timer_of(connection.scope)
+        timer.begin()
         header = connection.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -52,4 +55,5 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
             permissions=TenantDirectory.permissions_for(tenant, roles),
         )
         structlog.contextvars.bind_contextvars(tenant=principal.tenant_id, user=principal.user_id)
+        timer.lap(AUTH)
         return AuthenticationResult(user=principal, auth=None)

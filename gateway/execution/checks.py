@@ -15,6 +15,7 @@ from gateway.auth.principal import Principal
 from gateway.errors import ErrorCode
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.results import error_content
+from gateway.observability.timing import POLICY, UNTIMED, VALIDATION, StageTimer
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, call_hash, sha256_hex
 from gateway.tools.registry import ToolRegistry
 
@@ -62,18 +63,22 @@ def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
     return tool.arguments.decode(request.arguments)
 
 
-def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallRequest) -> CallPlan:
+def plan_call(
+    registry: ToolRegistry, principal: Principal, request: ToolCallRequest, timer: StageTimer = UNTIMED
+) -> CallPlan:
     tool = check_tool_exists(registry, request)
+    allowed = tool is not None and check_permission(principal, tool)
+    timer.lap(POLICY)
     if tool is None:
         return _reject(request, None, ErrorCode.TOOL_NOT_FOUND, f"No tool named {request.name!r} exists.")
-    if not check_permission(principal, tool):
+    if not allowed:
         # The tool exists but is not granted: say so, and reveal nothing of its schema.
         return _reject(request, tool, ErrorCode.PERMISSION_DENIED, f"You are not allowed to use {tool.name!r}.")
     try:
         decoded = decode_arguments(tool, request)
     except ArgumentsInvalid as exc:
         return _reject(request, tool, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for {tool.name!r}: {exc.message}")
-    return CallPlan(
+    plan = CallPlan(
         request=request,
         tool=tool,
         arguments=decoded,
@@ -82,3 +87,5 @@ def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallReq
         call_hash=call_hash(tool.name, decoded.canonical),
         needs_approval=tool.mutates,
     )
+    timer.lap(VALIDATION)
+    return plan
