@@ -23,6 +23,7 @@ from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, new_error_id, run_tool
+from gateway.observability import metrics
 from gateway.settings import Settings
 from gateway.tools.base import ArgumentsInvalid, ToolContext, sha256_hex
 from gateway.tools.registry import ToolRegistry
@@ -89,6 +90,7 @@ class ApprovalService:
         if refusal is not None:
             log.info("approval_refused", approval_id=approval_id, outcome=refusal.value)
             raise GatewayError(refusal)
+        metrics.approval_decided("approved")
         log.info("approval_approved", approval_id=approval_id, requester=row.requester_id)
         await self._execute(row, approver, request_id=request_id)
         return await self.get(approver, approval_id)
@@ -121,6 +123,7 @@ class ApprovalService:
                                        now=now, reason=reason)
         if refusal is not None:
             raise GatewayError(refusal)
+        metrics.approval_decided("rejected")
         log.info("approval_rejected", approval_id=approval_id)
         return await self.get(approver, approval_id)
 
@@ -134,6 +137,7 @@ class ApprovalService:
                 conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
                 outcome=ErrorCode.APPROVAL_EXPIRED.value, content=content, now=now,
             )
+            metrics.approval_decided("expired")
             return ErrorCode.APPROVAL_EXPIRED
         current = await q.get_approval(conn, tenant_id=row.tenant_id, approval_id=row.id)
         if current is not None and current.status == "expired":
@@ -190,7 +194,10 @@ class ApprovalService:
             async with self._db.begin() as conn:
                 await self._store_outcome(conn, row, approver, failed, request_id=request_id)
             return
-        log.info("approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome)
+        log.info(
+            "approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome, run=row.run_id,
+            tool_call_id=row.tool_call_id, requester=row.requester_id, duration_ms=outcome.duration_ms,
+        )
 
     async def _store_outcome(
         self, conn: Any, row: Any, approver: Principal, outcome: CallOutcome, *, request_id: str | None

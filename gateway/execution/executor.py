@@ -28,6 +28,8 @@ from gateway.execution.ledger import Admission, FinishedCall, Ledger, RunNotFoun
 from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, run_tool
+from gateway.observability import metrics
+from gateway.observability.timing import AUDIT, BUDGET, TOOL, UNTIMED, VALIDATION, StageTimer
 from gateway.settings import Settings
 from gateway.tools.base import ToolContext
 from gateway.tools.registry import ToolRegistry
@@ -51,14 +53,18 @@ class ToolExecutor:
         self._ledger = ledger
 
     async def execute_body(
-        self, principal: Principal, run_id: str, body: bytes, *, request_id: str | None
+        self, principal: Principal, run_id: str, body: bytes, *, request_id: str | None,
+        timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
         """Execute a raw ``{"tool_calls": [...]}`` body; protocol errors raise ``GatewayError`` (422)."""
+        timer.begin()
         try:
             requests = parse_batch(body, max_batch_size=self._settings.max_batch_size)
         except ProtocolError as exc:
+            timer.lap(VALIDATION)
             raise await self._rejection(principal, run_id, exc, request_id=request_id) from None
-        return await self.execute(principal, run_id, requests, request_id=request_id)
+        timer.lap(VALIDATION)
+        return await self.execute(principal, run_id, requests, request_id=request_id, timer=timer)
 
     async def _rejection(
         self, principal: Principal, run_id: str, exc: ProtocolError, *, request_id: str | None
@@ -74,9 +80,10 @@ class ToolExecutor:
         return GatewayError(exc.code, exc.message)
 
     async def execute(
-        self, principal: Principal, run_id: str, requests: list[ToolCallRequest], *, request_id: str | None
+        self, principal: Principal, run_id: str, requests: list[ToolCallRequest], *, request_id: str | None,
+        timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
-        plans = [plan_call(self._registry, principal, request) for request in requests]
+        plans = [plan_call(self._registry, principal, request, timer) for request in requests]
         for plan in plans:
             if plan.needs_approval:
                 plan.approval_id = "apr_" + uuid.uuid4().hex
@@ -85,6 +92,7 @@ class ToolExecutor:
             admissions = await self._ledger.admit(principal, run_id, plans, request_id=request_id, now=now)
         except RunNotFound:
             raise GatewayError(ErrorCode.NOT_FOUND, "No such run.") from None
+        timer.lap(BUDGET)
 
         to_run = [(plan, adm) for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
         outcomes: dict[str, CallOutcome] = {}
@@ -94,6 +102,7 @@ class ToolExecutor:
         elif to_run:
             results = await asyncio.gather(*(self._run(principal, run_id, plan, request_id) for plan, _ in to_run))
             outcomes = {plan.id: outcome for (plan, _), outcome in zip(to_run, results, strict=True)}
+        timer.lap(TOOL)
         if outcomes:
             finished = [
                 FinishedCall(
@@ -106,6 +115,7 @@ class ToolExecutor:
                 for plan, _ in to_run
             ]
             await self._ledger.record(principal, run_id, finished, request_id=request_id, now=datetime.now(UTC))
+            timer.lap(AUDIT)
 
         messages = []
         for plan, admission in zip(plans, admissions, strict=True):
@@ -117,6 +127,10 @@ class ToolExecutor:
                     tool_call_id=plan.id, content=content_of(admission), outcome=admission.outcome or ""
                 )
             messages.append(message)
+            metrics.call_answered(
+                plan.tool.name if plan.tool is not None else None, admission.decision, message.outcome,
+                ran.duration_ms if ran is not None else None,
+            )
             log.info(
                 "tool_call_finished",
                 run=run_id,
