@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import httpx
+import structlog
 from litestar import Litestar
 from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
@@ -14,9 +15,10 @@ from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from gateway.api.approvals import AdminApprovalController, ApprovalController
-from gateway.api.context import RequestContextMiddleware
+from gateway.api.context import InFlight, RequestContextMiddleware
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
+from gateway.api.metrics import scrape_metrics
 from gateway.api.runs import RunController
 from gateway.api.tools import ToolController
 from gateway.auth.directory import TenantDirectory
@@ -28,9 +30,14 @@ from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
 from gateway.execution.runs import RunService
+from gateway.ratelimit.limiter import Limit, RateLimiter
+from gateway.ratelimit.middleware import RateLimitMiddleware
+from gateway.ratelimit.store import create_token_store
 from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
+
+log = structlog.get_logger("gateway.app")
 
 __all__ = ["create_app"]
 
@@ -38,6 +45,7 @@ __all__ = ["create_app"]
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
     """Build the application. Nothing here does I/O: resources are made in the lifespan."""
     tools = registry if registry is not None else ToolRegistry(builtin_tools())
+    in_flight = InFlight()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -64,23 +72,43 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger)
         state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
         state.runs = RunService(settings=settings, db=db, directory=directory)
+        state.rate_limiter = (
+            RateLimiter(
+                create_token_store(db),
+                tenant=Limit.from_settings(settings.rate_limit_tenant_rps, settings.rate_limit_tenant_burst),
+                user=Limit.from_settings(settings.rate_limit_user_rps, settings.rate_limit_user_burst),
+            )
+            if settings.rate_limits_enabled
+            else None
+        )
         try:
             yield
         finally:
+            # The server has stopped taking requests and waited for those in flight; wait
+            # (bounded) for any still inside the app before the group-commit lanes stop.
+            log.info("gateway_stopping", in_flight=in_flight.count)
+            drained = await in_flight.drained(settings.shutdown_timeout_s)
+            if state.rate_limiter is not None:
+                await state.rate_limiter.close()
             await ledger.close()
             await http.aclose()
             await db.dispose()
+            log.info("gateway_stopped", drained=drained)
 
     app = Litestar(
         route_handlers=[
             healthz,
             readyz,
+            scrape_metrics,
             RunController,
             ToolController,
             ApprovalController,
             AdminApprovalController,
         ],
-        middleware=[DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS)],
+        middleware=[
+            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS),
+            *([RateLimitMiddleware] if settings.rate_limits_enabled else []),
+        ],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
@@ -102,5 +130,5 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     )
     # Outside Litestar's exception handling, so every response (404s of unknown routes
     # included) carries the request id and every log line of the request is bound to it.
-    app.asgi_handler = RequestContextMiddleware(app.asgi_handler)
+    app.asgi_handler = RequestContextMiddleware(app.asgi_handler, in_flight)
     return app
