@@ -151,6 +151,7 @@ def _directory_roles(settings: Settings, tenant_id: str, user_id: str) -> list[s
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import structlog
     import uvicorn
 
     from gateway.db.migrate import upgrade_to_head
@@ -164,6 +165,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = settings.workers if args.workers is None else args.workers
     if workers < 1:
         raise SettingsError("--workers must be at least 1")
+    longest_call_s = settings.tool_timeout_s + 2 * settings.database_statement_timeout_s
+    if settings.shutdown_timeout_s < longest_call_s:
+        structlog.get_logger("gateway.cli").warning(
+            "shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.shutdown_timeout_s,
+            longest_call_s=longest_call_s,
+        )
     if not args.no_migrate:
         upgrade_to_head(settings.database_url)
     if settings.demo:

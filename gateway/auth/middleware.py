@@ -27,6 +27,12 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
         timer = timer_of(connection.scope)
         timer.begin()
+        try:
+            return await self._authenticate(connection)
+        finally:
+            timer.lap(AUTH)  # refusals too: their responses carry Server-Timing as well
+
+    async def _authenticate(self, connection: ASGIConnection) -> AuthenticationResult:
         header = connection.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -55,5 +61,4 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
             permissions=TenantDirectory.permissions_for(tenant, roles),
         )
         structlog.contextvars.bind_contextvars(tenant=principal.tenant_id, user=principal.user_id)
-        timer.lap(AUTH)
         return AuthenticationResult(user=principal, auth=None)

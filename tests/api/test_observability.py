@@ -58,6 +58,16 @@ async def test_a_rejected_batch_carries_server_timing_too(client: AsyncTestClien
     assert list(server_timing(response.headers["server-timing"])) == [*STAGES, "total"]
 
 
+async def test_a_refused_token_still_gets_server_timing_with_its_auth_stage(client: AsyncTestClient) -> None:
+    response = await client.post(
+        "/v1/runs/run_x/tool-calls", json=batch(call("add", {"a": 1, "b": 2})),
+        headers={"Authorization": "Bearer not-a-token"},
+    )
+    assert response.status_code == 401
+    timing = server_timing(response.headers["server-timing"])
+    assert timing["auth"] > 0 and timing["budget"] == 0
+
+
 async def test_public_routes_carry_no_server_timing(client: AsyncTestClient) -> None:
     response = await client.get("/healthz")
     assert "server-timing" not in response.headers
