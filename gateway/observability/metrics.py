@@ -27,7 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest, values
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+    values,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -37,6 +45,8 @@ UNKNOWN_TOOL = "_unknown"
 
 MULTIPROCESS = values.ValueClass is not values.MutexValue
 """Decided once, when prometheus-client is first imported, from ``PROMETHEUS_MULTIPROC_DIR``."""
+
+disable_created_metrics()  # no *_created series: they double the series and nobody graphs them
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 """This process's metrics (single-process mode)."""
