@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import uuid
 from pathlib import Path
 
 import asyncpg
