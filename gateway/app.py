@@ -30,9 +30,8 @@ from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
 from gateway.execution.runs import RunService
-from gateway.ratelimit.limiter import Limit, RateLimiter
+from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
-from gateway.ratelimit.store import create_token_store
 from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
@@ -72,15 +71,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger)
         state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
         state.runs = RunService(settings=settings, db=db, directory=directory)
-        state.rate_limiter = (
-            RateLimiter(
-                create_token_store(db),
-                tenant=Limit.from_settings(settings.rate_limit_tenant_rps, settings.rate_limit_tenant_burst),
-                user=Limit.from_settings(settings.rate_limit_user_rps, settings.rate_limit_user_burst),
-            )
-            if settings.rate_limits_enabled
-            else None
-        )
+        state.rate_limiter = create_rate_limiter(settings, db)
         try:
             yield
         finally:
