@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import httpx
+import structlog
 from litestar import Litestar
 from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
@@ -17,9 +18,10 @@ from gateway.admin.service import TenantAdmin
 from gateway.api.admin import RoleAdminController, TenantAdminController, ToolPolicyAdminController
 from gateway.api.approvals import AdminApprovalController, ApprovalController
 from gateway.api.audit import AuditController
-from gateway.api.context import RequestContextMiddleware
+from gateway.api.context import InFlight, RequestContextMiddleware
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
+from gateway.api.metrics import scrape_metrics
 from gateway.api.runs import RunController
 from gateway.api.tools import ToolController
 from gateway.audit.sealer import AuditSealer
@@ -32,9 +34,13 @@ from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
 from gateway.execution.runs import RunService
+from gateway.ratelimit import create_rate_limiter
+from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
+
+log = structlog.get_logger("gateway.app")
 
 __all__ = ["create_app"]
 
@@ -42,6 +48,7 @@ __all__ = ["create_app"]
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
     """Build the application. Nothing here does I/O: resources are made in the lifespan."""
     tools = registry if registry is not None else ToolRegistry(builtin_tools())
+    in_flight = InFlight()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -69,6 +76,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
         state.runs = RunService(settings=settings, db=db, directory=directory)
         state.tenant_admin = TenantAdmin(db=db, registry=tools, directory=directory)
+        state.rate_limiter = create_rate_limiter(settings, db)
         sealer = AuditSealer(
             db, batch_size=settings.audit_seal_batch_size, interval_s=settings.audit_seal_interval_s
         )
@@ -76,15 +84,23 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         try:
             yield
         finally:
-            await sealer.stop()
+            # The server has stopped taking requests and waited for those in flight; wait
+            # (bounded) for any still inside the app before the group-commit lanes stop.
+            log.info("gateway_stopping", in_flight=in_flight.count)
+            drained = await in_flight.drained(settings.shutdown_timeout_s)
+            if state.rate_limiter is not None:
+                await state.rate_limiter.close()
             await ledger.close()
+            await sealer.stop()
             await http.aclose()
             await db.dispose()
+            log.info("gateway_stopped", drained=drained)
 
     app = Litestar(
         route_handlers=[
             healthz,
             readyz,
+            scrape_metrics,
             RunController,
             ToolController,
             ApprovalController,
@@ -94,7 +110,10 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             TenantAdminController,
             AuditController,
         ],
-        middleware=[DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS)],
+        middleware=[
+            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS),
+            *([RateLimitMiddleware] if settings.rate_limits_enabled else []),
+        ],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
@@ -116,5 +135,5 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     )
     # Outside Litestar's exception handling, so every response (404s of unknown routes
     # included) carries the request id and every log line of the request is bound to it.
-    app.asgi_handler = RequestContextMiddleware(app.asgi_handler)
+    app.asgi_handler = RequestContextMiddleware(app.asgi_handler, in_flight)
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import secrets
 import shlex
@@ -36,6 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="apply migrations and serve the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help="worker processes (default: GATEWAY_WORKERS, else 1); all state is in the database",
+    )
+    serve.add_argument(
+        "--no-migrate", action="store_true",
+        help="do not apply migrations at start (production: run `gateway migrate` once before the replicas)",
+    )
     serve.add_argument(
         "--demo",
         action="store_true",
@@ -220,32 +229,53 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import structlog
     import uvicorn
 
-    from gateway.app import create_app
     from gateway.db.migrate import upgrade_to_head
     from gateway.logging import configure_logging
+    from gateway.observability.multiprocess import prepare_metrics_dir, remove_metrics_dir
 
     settings = load_settings(demo=args.demo)
     configure_logging(settings.log_level, settings.log_format)
     if not settings.demo:
         settings.require_signing_setup()
-    upgrade_to_head(settings.database_url)
+    workers = settings.workers if args.workers is None else args.workers
+    if workers < 1:
+        raise SettingsError("--workers must be at least 1")
+    longest_call_s = settings.tool_timeout_s + 2 * settings.database_statement_timeout_s
+    if settings.shutdown_timeout_s < longest_call_s:
+        structlog.get_logger("gateway.cli").warning(
+            "shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.shutdown_timeout_s,
+            longest_call_s=longest_call_s,
+        )
+    if not args.no_migrate:
+        upgrade_to_head(settings.database_url)
     if settings.demo:
         _seed(settings)
         print_demo_banner(settings, args.host, args.port)
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        loop="uvloop" if _has("uvloop") else "asyncio",
-        http="httptools" if _has("httptools") else "h11",
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=30,
-    )
+    # Before any worker imports prometheus-client: several workers share one metrics directory.
+    metrics_dir = prepare_metrics_dir(workers)
+    try:
+        # Every worker builds its app from the environment (gateway.asgi); demo mode has put
+        # its secret there. On SIGTERM uvicorn stops accepting, lets requests in flight
+        # finish (at most GATEWAY_SHUTDOWN_TIMEOUT_S), then runs the app's shutdown.
+        uvicorn.run(
+            "gateway.asgi:create_app_from_env",
+            factory=True,
+            workers=workers,
+            host=args.host,
+            port=args.port,
+            loop="uvloop" if _has("uvloop") else "asyncio",
+            http="httptools" if _has("httptools") else "h11",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_timeout_s)),
+        )
+    finally:
+        remove_metrics_dir(metrics_dir)
     return 0
 
 

@@ -10,6 +10,7 @@ one-variable-per-key contextvars.)
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from contextvars import ContextVar, Token
 from typing import Any
@@ -56,10 +57,20 @@ def redact_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+def add_process_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """With several worker processes, tells which one logged the event."""
+    event["pid"] = _PID
+    return event
+
+
+_PID = os.getpid()
+
+
 def shared_processors() -> list[Any]:
     return [
         merge_request_context,
         structlog.processors.add_log_level,
+        add_process_id,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         redact_secrets,
     ]
@@ -67,6 +78,8 @@ def shared_processors() -> list[Any]:
 
 def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     """Configure structlog and the standard library root logger (uvicorn, alembic) alike."""
+    global _PID
+    _PID = os.getpid()
     numeric_level = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     renderer: Any = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)

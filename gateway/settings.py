@@ -56,6 +56,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_level: str = "INFO"
     log_format: str = "json"
 
+    workers: int = 1
+    shutdown_timeout_s: float = 30.0
+    rate_limit_tenant_rps: float = 0.0
+    rate_limit_tenant_burst: int = 0
+    rate_limit_user_rps: float = 0.0
+    rate_limit_user_burst: int = 0
+
     def __post_init__(self) -> None:
         if not self.database_url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
             raise SettingsError(
@@ -77,6 +84,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise SettingsError("GATEWAY_AUDIT_SEAL_INTERVAL_S must be at least 0")
         if self.run_max_repeats < 0:
             raise SettingsError("GATEWAY_RUN_MAX_REPEATS must be at least 0")
+        if self.workers < 1:
+            raise SettingsError("GATEWAY_WORKERS must be at least 1")
+        if self.shutdown_timeout_s <= 0:
+            raise SettingsError("GATEWAY_SHUTDOWN_TIMEOUT_S must be positive")
+        for name in ("rate_limit_tenant_rps", "rate_limit_tenant_burst", "rate_limit_user_rps", "rate_limit_user_burst"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 0 (0: no limit)")
+
+    @property
+    def rate_limits_enabled(self) -> bool:
+        return self.rate_limit_tenant_rps > 0 or self.rate_limit_user_rps > 0
 
     @property
     def is_sqlite(self) -> bool:
@@ -152,6 +170,12 @@ FIELD_DOCS: dict[str, str] = {
     "audit_seal_batch_size": "Most audit rows one sealer round links in one transaction.",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
+    "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",
+    "shutdown_timeout_s": "On SIGTERM, seconds in-flight requests get to finish before they are cancelled.",
+    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit).",
+    "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
+    "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit).",
+    "rate_limit_user_burst": "Requests a user may make at once above their rate (0: one second's worth).",
 }
 
 

@@ -1,13 +1,19 @@
-"""Per-request context: the request id, bound to every log event and echoed in ``X-Request-ID``."""
+"""Per-request context: the request id (bound to every log event and echoed in
+``X-Request-ID``), the stage timer (answered in ``Server-Timing``) and the count of
+requests in flight (awaited at shutdown)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import time
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.logging import end_request_context, start_request_context
+from gateway.observability import metrics
+from gateway.observability.timing import SERVER_TIMING_HEADER, STATE_KEY, VALIDATION, StageTimer
 
 _ACCEPTED_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 REQUEST_ID_HEADER = b"x-request-id"
@@ -17,16 +23,33 @@ def request_id_of(scope: Scope) -> str | None:
     return scope.get("state", {}).get("request_id")
 
 
-class RequestContextMiddleware:
-    """Accepts a well-formed ``X-Request-ID`` or makes one, and binds it for logging."""
+class InFlight:
+    """How many HTTP requests this process is handling; shutdown waits for it to reach zero."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait (bounded) until no request is in flight; False when some still are."""
+        deadline = time.monotonic() + timeout_s
+        while self.count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self.count == 0
+
+
+class RequestContextMiddleware:
+    """Accepts a well-formed ``X-Request-ID`` or makes one, binds it for logging, times the
+    request's stages and answers them in ``Server-Timing``."""
+
+    def __init__(self, app: ASGIApp, in_flight: InFlight | None = None) -> None:
         self.app = app
+        self.in_flight = in_flight if in_flight is not None else InFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        timer = StageTimer()
         request_id = None
         for name, value in scope["headers"]:
             if name == REQUEST_ID_HEADER:
@@ -36,18 +59,26 @@ class RequestContextMiddleware:
                 break
         if request_id is None:
             request_id = "req_" + os.urandom(16).hex()
-        scope.setdefault("state", {})["request_id"] = request_id  # type: ignore[typeddict-unknown-key]
+        state = scope.setdefault("state", {})  # type: ignore[typeddict-item]
+        state["request_id"] = request_id
+        state[STATE_KEY] = timer
         header_value = request_id.encode()
 
-        async def send_with_request_id(message: Message) -> None:
+        async def send_with_context(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER]
                 headers.append((REQUEST_ID_HEADER, header_value))
+                if timer.touched:
+                    headers.append((SERVER_TIMING_HEADER, timer.header_value()))
+                    if timer.spent[VALIDATION]:  # the executor ran: a tool-call request
+                        metrics.stages(timer)
                 message["headers"] = headers
             await send(message)
 
         context = start_request_context(request_id=request_id)
+        self.in_flight.count += 1
         try:
-            await self.app(scope, receive, send_with_request_id)
+            await self.app(scope, receive, send_with_context)
         finally:
+            self.in_flight.count -= 1
             end_request_context(context)

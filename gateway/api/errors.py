@@ -18,6 +18,7 @@ from sqlalchemy import exc as sa_exc
 from gateway.api.context import request_id_of
 from gateway.api.schemas import ErrorBody, ErrorEnvelope
 from gateway.errors import ERRORS, ErrorCode, GatewayError
+from gateway.observability import metrics
 
 log = structlog.get_logger("gateway.http")
 
@@ -45,6 +46,7 @@ def error_response(
     headers: dict[str, str] | None = None,
     error_id: str | None = None,
 ) -> Response[ErrorEnvelope]:
+    metrics.http_error(code.value)
     body = ErrorBody(
         code=code.value,
         message=message or ERRORS[code].message,

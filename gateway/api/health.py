@@ -22,5 +22,7 @@ async def readyz(state: State) -> Health:
     try:
         await state.db.ping()
     except Exception:  # any failure to answer means "not ready"; the probe says nothing more
-        raise GatewayError(ErrorCode.SERVICE_UNAVAILABLE, "The database is not reachable.") from None
+        raise GatewayError(
+            ErrorCode.SERVICE_UNAVAILABLE, "The database is not reachable.", headers={"Retry-After": "1"}
+        ) from None
     return Health(status="ready")

@@ -24,6 +24,7 @@ ERROR_DESCRIPTIONS = {
     409: "Conflict (ALREADY_DECIDED, APPROVAL_EXPIRED)",
     413: "Body too large (PAYLOAD_TOO_LARGE)",
     422: "Protocol error: nothing ran (INVALID_TOOL_CALL, DUPLICATE_TOOL_CALL_ID)",
+    429: "Over the tenant's or user's rate limit (RATE_LIMITED); see Retry-After",
     503: "Database unavailable (SERVICE_UNAVAILABLE)",
 }
 
@@ -44,6 +45,8 @@ def raw_json_body(struct: type[msgspec.Struct], description: str) -> type[Operat
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    if 401 in statuses and 429 not in statuses:
+        statuses = (*statuses, 429)  # every authenticated route is rate limited when limits are on
     return {
         status: ResponseSpec(
             data_container=ErrorEnvelope, description=ERROR_DESCRIPTIONS[status], generate_examples=False

@@ -17,6 +17,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallBatch
 from gateway.execution.runs import RequestedLimits, RunService
+from gateway.observability.timing import timer_of
 
 
 def run_view(row: Any, now: datetime) -> RunView:
@@ -77,7 +78,8 @@ class RunController(Controller):
         executor: ToolExecutor = request.app.state.executor
         body = await request.body()
         messages = await executor.execute_body(
-            principal_of(request), run_id, body, request_id=request_id_of(request.scope)
+            principal_of(request), run_id, body, request_id=request_id_of(request.scope),
+            timer=timer_of(request.scope),
         )
         return ToolCallsResponse(
             messages=[

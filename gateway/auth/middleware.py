@@ -10,6 +10,7 @@ from gateway.auth.directory import TenantDirectory
 from gateway.auth.tokens import InvalidToken, TokenVerifier
 from gateway.errors import ErrorCode, GatewayError
 from gateway.logging import bind_request
+from gateway.observability.timing import AUTH, timer_of
 
 log = structlog.get_logger("gateway.auth")
 
@@ -24,6 +25,14 @@ def unauthenticated() -> GatewayError:
 
 class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
+        timer = timer_of(connection.scope)
+        timer.begin()
+        try:
+            return await self._authenticate(connection)
+        finally:
+            timer.lap(AUTH)  # refusals too: their responses carry Server-Timing as well
+
+    async def _authenticate(self, connection: ASGIConnection) -> AuthenticationResult:
         header = connection.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

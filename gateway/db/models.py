@@ -243,3 +243,34 @@ class ToolPolicyRow(Base):
     allowed_roles: Mapped[list[str] | None] = mapped_column(JsonValue, nullable=True)
     updated_by: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RateLimitBucket(Base):
+    """One shared token bucket: a tenant's (``user_id = ''``) or one user's of a tenant.
+    Processes lease tokens from it in small chunks (``gateway.ratelimit``)."""
+
+    __tablename__ = "rate_limit_buckets"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    tokens: Mapped[float] = mapped_column(sa.Float)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class RateLimitOverride(Base):
+    """A tenant's own rate and burst, replacing the configured ones for the scope
+    ``tenant`` (its own bucket) or ``user`` (each of its users' buckets)."""
+
+    __tablename__ = "rate_limit_overrides"
+    __table_args__ = (
+        sa.CheckConstraint("scope IN ('tenant', 'user')", name="scope"),
+        sa.CheckConstraint("rate_per_s > 0", name="rate_positive"),
+        sa.CheckConstraint("burst >= 1", name="burst_positive"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    scope: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+    rate_per_s: Mapped[float] = mapped_column(sa.Float)
+    burst: Mapped[int] = mapped_column(sa.Integer)

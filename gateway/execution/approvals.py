@@ -27,6 +27,7 @@ from gateway.execution.checks import check_permission
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, new_error_id
 from gateway.execution.transactional import TransactionalCalls, failure
+from gateway.observability import metrics
 from gateway.settings import Settings
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, sha256_hex
 from gateway.tools.registry import ToolRegistry
@@ -94,6 +95,7 @@ class ApprovalService:
         if refusal is not None:
             log.info("approval_refused", approval_id=approval_id, outcome=refusal.value)
             raise GatewayError(refusal)
+        metrics.approval_decided("approved")
         log.info("approval_approved", approval_id=approval_id, requester=row.requester_id)
         await self._execute(row, approver, request_id=request_id)
         return await self.get(approver, approval_id)
@@ -126,6 +128,7 @@ class ApprovalService:
                                        now=now, reason=reason)
         if refusal is not None:
             raise GatewayError(refusal)
+        metrics.approval_decided("rejected")
         log.info("approval_rejected", approval_id=approval_id)
         return await self.get(approver, approval_id)
 
@@ -139,6 +142,7 @@ class ApprovalService:
                 conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
                 outcome=ErrorCode.APPROVAL_EXPIRED.value, content=content, now=now,
             )
+            metrics.approval_decided("expired")
             return ErrorCode.APPROVAL_EXPIRED
         current = await q.get_approval(conn, tenant_id=row.tenant_id, approval_id=row.id)
         if current is not None and current.status == "expired":
@@ -168,7 +172,10 @@ class ApprovalService:
                 idempotency_key=idempotency_key_for(row.id),
                 log_fields={"approval_id": row.id},
             )
-        log.info("approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome)
+        log.info(
+            "approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome, run=row.run_id,
+            tool_call_id=row.tool_call_id, requester=row.requester_id, duration_ms=outcome.duration_ms,
+        )
 
     def _prepare(
         self, row: Any, requester: Principal

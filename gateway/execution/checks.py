@@ -20,6 +20,7 @@ from gateway.errors import ErrorCode
 from gateway.execution.policy import is_visible, needs_approval, runs_in_transaction
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.results import error_content
+from gateway.observability.timing import POLICY, UNTIMED, VALIDATION, StageTimer
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, call_hash, sha256_hex
 from gateway.tools.registry import ToolRegistry
 
@@ -79,11 +80,15 @@ def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
     return tool.arguments.decode(request.arguments)
 
 
-def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallRequest) -> CallPlan:
+def plan_call(
+    registry: ToolRegistry, principal: Principal, request: ToolCallRequest, timer: StageTimer = UNTIMED
+) -> CallPlan:
     tool = check_tool_exists(registry, request)
+    allowed = tool is not None and check_permission(principal, tool)
+    timer.lap(POLICY)
     if tool is None:
         return _reject(request, None, ErrorCode.TOOL_NOT_FOUND, f"No tool named {request.name!r} exists.")
-    if not check_permission(principal, tool):
+    if not allowed:
         # The tool exists but is not granted: say so, and reveal nothing of its schema.
         return _reject(request, tool, ErrorCode.PERMISSION_DENIED, f"You are not allowed to use {tool.name!r}.")
     try:
@@ -92,7 +97,7 @@ def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallReq
         return _reject(request, tool, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for {tool.name!r}: {exc.message}")
     policies = principal.tool_policies
     policy = policies.for_tool(tool.name)
-    return CallPlan(
+    plan = CallPlan(
         request=request,
         # The tenant's timeout and maximum result size, when its policy sets them.
         tool=policies.effective_tool(tool),
@@ -104,3 +109,5 @@ def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallReq
         tool_call_cap=policy.max_calls_per_run,
         transactional=runs_in_transaction(tool, policy),
     )
+    timer.lap(VALIDATION)
+    return plan

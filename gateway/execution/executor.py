@@ -31,6 +31,8 @@ from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_bat
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, run_tool
 from gateway.execution.transactional import TransactionalCalls
+from gateway.observability import metrics
+from gateway.observability.timing import AUDIT, BUDGET, TOOL, UNTIMED, VALIDATION, StageTimer
 from gateway.settings import Settings
 from gateway.tools.base import Tool, ToolContext
 from gateway.tools.registry import ToolRegistry
@@ -55,14 +57,23 @@ class ToolExecutor:
         self._transactional = TransactionalCalls(settings=settings, db=db)
 
     async def execute_body(
-        self, principal: Principal, run_id: str, body: bytes, *, request_id: str | None
+        self,
+        principal: Principal,
+        run_id: str,
+        body: bytes,
+        *,
+        request_id: str | None,
+        timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
         """Execute a raw ``{"tool_calls": [...]}`` body; protocol errors raise ``GatewayError`` (422)."""
+        timer.begin()
         try:
             requests = parse_batch(body, max_batch_size=self._settings.max_batch_size)
         except ProtocolError as exc:
+            timer.lap(VALIDATION)
             raise await self._rejection(principal, run_id, exc, request_id=request_id) from None
-        return await self.execute(principal, run_id, requests, request_id=request_id)
+        timer.lap(VALIDATION)
+        return await self.execute(principal, run_id, requests, request_id=request_id, timer=timer)
 
     async def _rejection(
         self, principal: Principal, run_id: str, exc: ProtocolError, *, request_id: str | None
@@ -78,9 +89,15 @@ class ToolExecutor:
         return GatewayError(exc.code, exc.message)
 
     async def execute(
-        self, principal: Principal, run_id: str, requests: list[ToolCallRequest], *, request_id: str | None
+        self,
+        principal: Principal,
+        run_id: str,
+        requests: list[ToolCallRequest],
+        *,
+        request_id: str | None,
+        timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
-        plans = [plan_call(self._registry, principal, request) for request in requests]
+        plans = [plan_call(self._registry, principal, request, timer) for request in requests]
         for plan in plans:
             if plan.needs_approval:
                 plan.approval_id = "apr_" + uuid.uuid4().hex
@@ -89,9 +106,11 @@ class ToolExecutor:
             admissions = await self._ledger.admit(principal, run_id, plans, request_id=request_id, now=now)
         except RunNotFound:
             raise GatewayError(ErrorCode.NOT_FOUND, "No such run.") from None
+        timer.lap(BUDGET)
 
         to_run = [plan for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
         outcomes = await self._run_all(principal, run_id, to_run, request_id) if to_run else {}
+        timer.lap(TOOL)
         # A call that changes data without approval recorded itself with its writes.
         to_record = [plan for plan in to_run if not plan.transactional]
         if to_record:
@@ -106,6 +125,7 @@ class ToolExecutor:
                 for plan in to_record
             ]
             await self._ledger.record(principal, run_id, finished, request_id=request_id, now=datetime.now(UTC))
+            timer.lap(AUDIT)
 
         messages = []
         for plan, admission in zip(plans, admissions, strict=True):
@@ -117,6 +137,12 @@ class ToolExecutor:
                     tool_call_id=plan.id, content=content_of(admission), outcome=admission.outcome or ""
                 )
             messages.append(message)
+            metrics.call_answered(
+                plan.tool.name if plan.tool is not None else None,
+                admission.decision,
+                message.outcome,
+                ran.duration_ms if ran is not None else None,
+            )
             log.info(
                 "tool_call_finished",
                 run=run_id,

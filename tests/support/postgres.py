@@ -114,11 +114,50 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_throwaway_cluster(bin_dir: Path) -> PostgresServer:
+@dataclass
+class ThrowawayCluster:
+    """A cluster in a temporary folder that a test may stop and start again (``pg_ctl``)."""
+
+    bin_dir: Path
+    workdir: Path
+    port: int
+    run_as: list[str]
+    env: dict[str, str]
+
+    @property
+    def data(self) -> Path:
+        return self.workdir / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "postgres.log"
+
+    def pg_ctl(self, *args: str, check: bool = True) -> None:
+        subprocess.run(
+            [*self.run_as, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), *args],
+            check=check, capture_output=True, env=self.env, timeout=60,
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        self.pg_ctl("-l", str(self.log_file), "-o", options, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``fast``: disconnect every client, as an outage or a failover would)."""
+        self.pg_ctl("-m", mode, "-w", "stop")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def remove(self) -> None:
+        self.pg_ctl("-m", "immediate", "stop", check=False)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def init_throwaway_cluster(bin_dir: Path) -> ThrowawayCluster:
     """initdb + pg_ctl start in a temporary folder; as root, the cluster runs as user postgres."""
     workdir = Path(tempfile.mkdtemp(prefix="gateway-pg-"))
-    data = workdir / "data"
-    port = _free_port()
     run_as: list[str] = []
     if os.geteuid() == 0:
         runuser = shutil.which("runuser")
@@ -126,32 +165,34 @@ def start_throwaway_cluster(bin_dir: Path) -> PostgresServer:
             raise PostgresUnavailable("Running as root without `runuser`: cannot start PostgreSQL as another user.")
         run_as = [runuser, "-u", "postgres", "--"]
         shutil.chown(workdir, user="postgres")
-    env = {**os.environ, "LC_ALL": "C"}
+    cluster = ThrowawayCluster(
+        bin_dir=bin_dir, workdir=workdir, port=_free_port(), run_as=run_as, env={**os.environ, "LC_ALL": "C"}
+    )
     subprocess.run(
-        [*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+        [*run_as, str(bin_dir / "initdb"), "-D", str(cluster.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
          "--no-sync"],
-        check=True, capture_output=True, env=env,
+        check=True, capture_output=True, env=cluster.env,
     )
-    log_file = workdir / "postgres.log"
-    options = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-    subprocess.run(
-        [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log_file), "-o", options, "-w", "start"],
-        check=True, capture_output=True, env=env,
+    cluster.start()
+    return cluster
+
+
+def start_throwaway_cluster(bin_dir: Path) -> PostgresServer:
+    """initdb + pg_ctl start in a temporary folder; as root, the cluster runs as user postgres."""
+    cluster = init_throwaway_cluster(bin_dir)
+    server = PostgresServer(
+        admin_dsn=f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres", origin="throwaway cluster"
     )
-
-    def stop() -> None:
-        subprocess.run(
-            [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-            capture_output=True, env=env,
-        )
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    server = PostgresServer(admin_dsn=f"postgresql://postgres@127.0.0.1:{port}/postgres", origin="throwaway cluster")
-    server._cleanup.append(stop)
+    server._cleanup.append(cluster.remove)
     deadline = time.monotonic() + 30
     while not _answers(server.admin_dsn, timeout=2):
         if time.monotonic() > deadline:
-            stop()
-            raise PostgresUnavailable(f"the throwaway PostgreSQL cluster did not start; see {log_file}")
+            cluster.remove()
+            raise PostgresUnavailable(f"the throwaway PostgreSQL cluster did not start; see {cluster.log_file}")
         time.sleep(0.2)
     return server
+
+
+def find_pg_binaries() -> Path | None:
+    """The folder of the local ``initdb`` and ``pg_ctl``, if PostgreSQL is installed."""
+    return _find_pg_binaries()
