@@ -1,7 +1,7 @@
 """The shared token buckets in the database: refill, then take up to what is asked.
 
 One ``take`` is one round trip whatever the number of buckets (PostgreSQL: the
-``gateway_take_tokens`` function of migration 0020; SQLite: the same steps in Python in
+``gateway_take_tokens`` function of migration 0004; SQLite: the same steps in Python in
 one ``BEGIN IMMEDIATE`` transaction). Each bucket holds at most ``burst`` tokens and
 gains ``rate`` per second; a tenant's override, when one exists, replaces both.
 """
