@@ -39,8 +39,12 @@ class StatementBatcher(Generic[Item, Result]):
         pool: Callable[[], Awaitable[asyncpg.Pool]],
         lanes: int = 2,
         max_items: int = 64,
+        even_if_cancelled: bool = False,
     ) -> None:
+        """``even_if_cancelled``: run an item whose caller stopped waiting (records that must
+        land even when the request was cancelled), instead of dropping it."""
         self._execute = execute
+        self._even_if_cancelled = even_if_cancelled
         self._pool = pool
         self._lane_count = lanes
         self._max_items = max_items
@@ -77,7 +81,7 @@ class StatementBatcher(Generic[Item, Result]):
                 batch = []
                 while self._queue and len(batch) < self._max_items:
                     item, future = self._queue.popleft()
-                    if not future.cancelled():
+                    if self._even_if_cancelled or not future.cancelled():
                         batch.append((item, future))
                 if not batch:
                     continue

@@ -109,7 +109,11 @@ class ToolExecutor:
         timer.lap(BUDGET)
 
         to_run = [plan for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
-        outcomes = await self._run_all(principal, run_id, to_run, request_id) if to_run else {}
+        try:
+            outcomes = await self._run_all(principal, run_id, to_run, request_id) if to_run else {}
+        except asyncio.CancelledError:
+            await self._record_cancelled(principal, run_id, to_run, request_id)
+            raise
         timer.lap(TOOL)
         # A call that changes data without approval recorded itself with its writes.
         to_record = [plan for plan in to_run if not plan.transactional]
@@ -153,6 +157,24 @@ class ToolExecutor:
                 duration_ms=ran.duration_ms if ran is not None else None,
             )
         return messages
+
+    async def _record_cancelled(
+        self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None
+    ) -> None:
+        """The request was cancelled while its calls ran: say so for each, in storage and audit,
+        so a replay does not report them in progress forever."""
+        content = error_content(ErrorCode.TOOL_CALL_CANCELLED)
+        cancelled = [
+            FinishedCall(plan=plan, outcome=ErrorCode.TOOL_CALL_CANCELLED.value, content=content, duration_ms=0.0)
+            for plan in plans
+            if not plan.transactional
+        ]
+        if cancelled:
+            # Shielded: the record lands even if this task is cancelled again meanwhile.
+            await asyncio.shield(
+                self._ledger.record(principal, run_id, cancelled, request_id=request_id, now=datetime.now(UTC))
+            )
+        log.warning("tool_calls_cancelled", run=run_id, calls=len(plans))
 
     async def _run_all(
         self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None

@@ -170,7 +170,9 @@ class PostgresLedger(Ledger):
         self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(
             self._admit_many, pool=db.driver_pool
         )
-        self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(self._record_many, pool=db.driver_pool)
+        self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(
+            self._record_many, pool=db.driver_pool, even_if_cancelled=True
+        )
 
     async def admit(
         self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
