@@ -14,6 +14,7 @@ from pathlib import Path
 from gateway.settings import Settings, SettingsError
 
 DEMO_SECRET_FILE = ".gateway-demo-secret"
+DEMO_SIGNING_KEY_FILE = ".gateway-demo-signing-key.pem"
 DEMO_TOKEN_TTL_S = 12 * 3600
 
 
@@ -66,6 +67,8 @@ def load_settings(*, demo: bool = False) -> Settings:
         secret = settings.jwt_secret or demo_secret(Path.cwd() / DEMO_SECRET_FILE)
         os.environ["GATEWAY_JWT_SECRET"] = secret
         os.environ["GATEWAY_DEMO"] = "true"
+        if not (settings.service_signing_key or settings.service_signing_key_file):
+            os.environ["GATEWAY_SERVICE_SIGNING_KEY_FILE"] = str(demo_signing_key(Path.cwd() / DEMO_SIGNING_KEY_FILE))
         return Settings.from_env()
     return settings
 
@@ -78,6 +81,17 @@ def demo_secret(path: Path) -> str:
     path.write_text(secret + "\n")
     path.chmod(0o600)
     return secret
+
+
+def demo_signing_key(path: Path) -> Path:
+    """A generated key for signing service tokens, kept like the demo secret so that services
+    holding the gateway's JWKS keep verifying its tokens after a restart."""
+    if not path.exists():
+        from gateway.auth.service_tokens import generate_signing_key_pem
+
+        path.touch(mode=0o600)
+        path.write_bytes(generate_signing_key_pem())
+    return path
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
