@@ -105,7 +105,7 @@ class JsonSchemaArguments:
         *,
         checks: Iterable[Callable[[dict[str, Any]], None]] = (),
     ) -> None:
-        self._schema = strict_schema(dict(schema))
+        self._schema = strict_schema(dict(schema) if isinstance(schema, Mapping) else schema)
         self._validator = _compile(self._schema)
         properties: dict[str, Any] = self._schema["properties"]
         self._sensitive = frozenset(sensitive)
