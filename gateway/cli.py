@@ -166,12 +166,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level, settings.log_format)
     if not settings.demo:
         settings.require_signing_setup()
+    app = create_app(settings)  # checks the tools file and signing key before touching the database
     upgrade_to_head(settings.database_url)
     if settings.demo:
         _seed(settings)
         print_demo_banner(settings, args.host, args.port)
     uvicorn.run(
-        create_app(settings),
+        app,
         host=args.host,
         port=args.port,
         loop="uvloop" if _has("uvloop") else "asyncio",

@@ -14,6 +14,7 @@ from gateway.app import create_app
 from gateway.settings import Settings, SettingsError
 from gateway.tools.config import ToolsFileError, load_http_tools, service_base_urls
 from gateway.tools.http import ServiceCalls
+from tests.support.logging_state import logging_restored
 from tests.support.tokens import SERVICE_SIGNING_KEY, TEST_SECRET
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -187,3 +188,22 @@ def test_readme_example_declares_two_working_tools(tmp_path: Path):
     assert any(tool.mutates for tool in tools)
     for tool in tools:
         assert tool.arguments.json_schema()["additionalProperties"] is False
+
+
+def test_serve_stops_with_the_tools_file_error_before_migrating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    from gateway import cli
+
+    path = tmp_path / "tools.toml"
+    path.write_text(TOML.replace('service = "orders"', 'service = "billing"'))
+    database = tmp_path / "never-created.db"
+    monkeypatch.setenv("GATEWAY_DATABASE_URL", f"sqlite+aiosqlite:///{database}")
+    monkeypatch.setenv("GATEWAY_JWT_SECRET", TEST_SECRET)
+    monkeypatch.setenv("GATEWAY_TOOLS_FILE", str(path))
+    monkeypatch.setenv("GATEWAY_SERVICE_SIGNING_KEY", SERVICE_SIGNING_KEY)
+    with logging_restored():
+        assert cli.main(["serve", "--port", "1"]) == 2
+    error = capsys.readouterr().err
+    assert f"gateway: configuration error: tools file {path}: tool #1 'get_order': service 'billing'" in error
+    assert not database.exists()
