@@ -165,7 +165,10 @@ def load_http_tools(settings: Settings, calls: ServiceCalls, *, reserved_names: 
 
 
 def _build_tool(
-    entry: ToolEntry, settings: Settings, calls: ServiceCalls, services: dict[str, tuple[ServiceEndpoint, ErrorExposure]]
+    entry: ToolEntry,
+    settings: Settings,
+    calls: ServiceCalls,
+    services: dict[str, tuple[ServiceEndpoint, ErrorExposure]],
 ) -> Tool:
     if not _TOOL_NAME.match(entry.name):
         raise ValueError("name must be 1-64 letters, digits, '_' or '-'")
@@ -181,7 +184,9 @@ def _build_tool(
     timeout_s = entry.timeout_s if entry.timeout_s is not None else settings.tool_timeout_s
     if not 0 < timeout_s <= 3600:
         raise ValueError("timeout_s must be more than 0 and at most 3600")
-    max_result_bytes = entry.max_result_bytes if entry.max_result_bytes is not None else settings.tool_max_result_bytes
+    max_result_bytes = entry.max_result_bytes
+    if max_result_bytes is None:
+        max_result_bytes = settings.tool_max_result_bytes
     if max_result_bytes < 1:
         raise ValueError("max_result_bytes must be at least 1")
     service, errors = services[entry.service]

@@ -13,7 +13,8 @@ import structlog
 def logging_restored() -> Iterator[None]:
     root = logging.getLogger()
     names = ("httpx", "httpcore", "uvicorn.access")
-    saved = (root.handlers[:], root.level, {n: (logging.getLogger(n).level, logging.getLogger(n).disabled) for n in names})
+    loggers = {name: (logging.getLogger(name).level, logging.getLogger(name).disabled) for name in names}
+    saved = (root.handlers[:], root.level, loggers)
     try:
         yield
     finally:

@@ -127,7 +127,8 @@ async def test_jwks_route_needs_no_token_and_is_empty_without_a_key(sqlite_url: 
         response = await client.get("/.well-known/jwks.json")
         assert response.status_code == 200
         assert response.json() == {"keys": []}
-    async with AsyncTestClient(app=create_app(make_settings(sqlite_url, service_signing_key=SERVICE_SIGNING_KEY))) as client:
+    with_key = create_app(make_settings(sqlite_url, service_signing_key=SERVICE_SIGNING_KEY))
+    async with AsyncTestClient(app=with_key) as client:
         (key,) = (await client.get("/.well-known/jwks.json")).json()["keys"]
         assert key["alg"] == "ES256"
         assert "/.well-known/jwks.json" in (await client.get("/schema/openapi.json")).json()["paths"]
