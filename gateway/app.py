@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 import msgspec
@@ -69,6 +70,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 max_keepalive_connections=settings.http_max_keepalive_connections,
             ),
             follow_redirects=False,
+            # The client is shared by every caller: a cookie one service sets for one user
+            # must never ride along on another user's call.
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
         service_calls.attach(http)
         jwks = (

@@ -62,6 +62,17 @@ async def test_service_sees_the_caller_from_the_token_not_the_arguments(env: Htt
     assert seen["request_id"] == "req-from-client-1"
 
 
+async def test_cookies_a_service_sets_never_reach_another_call(env: HttpEnv, gw: Caller):
+    first = await gw.call("whoami", {}, user="bob")
+    second = await gw.call("whoami", {}, user="alice")
+    assert first["ok"] and second["ok"]
+    calls = {first["_call_id"], second["_call_id"]}
+    arrived = [r for r in env.service.seen if r.raw_path == "/api/whoami"]
+    assert len(arrived) >= 2
+    assert all("cookie" not in r.headers for r in arrived)
+    assert {c["tool_call_id"] for c in env.service.claims} >= calls
+
+
 async def test_identity_in_arguments_is_refused_before_the_service_is_called(env: HttpEnv, gw: Caller):
     result = await gw.call("get_order", {"order_id": "ord_1", "user_id": "carol"}, user="alice")
     assert result["error"]["code"] == "INVALID_ARGUMENTS"

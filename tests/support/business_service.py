@@ -115,9 +115,11 @@ def unauthorized(request: Request, exc: Unauthorized) -> Response[dict[str, Any]
 
 
 @get("/api/whoami")
-async def whoami(request: Request) -> dict[str, Any]:
+async def whoami(request: Request) -> Response[dict[str, Any]]:
     claims = await caller(request)
-    return {
+    # A session cookie for this user: a client shared by many users must not send it back.
+    cookie = f"session={claims['sub']}; Path=/; HttpOnly"
+    return Response(headers={"set-cookie": cookie}, content={
         "sub": claims["sub"],
         "tenant_id": claims["tenant_id"],
         "roles": claims["roles"],
@@ -125,7 +127,7 @@ async def whoami(request: Request) -> dict[str, Any]:
         "tool_call_id": claims["tool_call_id"],
         "aud": claims["aud"],
         "request_id": request.headers.get("x-request-id"),
-    }
+    })
 
 
 def _visible_order(service: ServiceState, claims: dict[str, Any], order_id: str) -> dict[str, Any] | Response:
