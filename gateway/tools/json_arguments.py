@@ -93,8 +93,7 @@ def _compile(schema: dict[str, Any]) -> Any:
 class JsonSchemaArguments:
     """Strict decoding against a declared JSON Schema, as ``StructArguments`` does for Structs.
 
-    ``value`` and ``as_dict`` are the decoded object with the top-level defaults the schema
-    declares filled in; ``canonical`` is its JSON with sorted keys. ``checks`` run after the
+    ``value`` is the decoded object with the top-level defaults the schema declares filled in; ``canonical`` is its JSON with sorted keys. ``checks`` run after the
     schema passed and may refuse values the schema cannot express (``ArgumentsInvalid``).
     """
 
@@ -140,8 +139,7 @@ class JsonSchemaArguments:
             value = {**self._defaults, **value}
         for check in self._checks:
             check(value)
-        canonical = msgspec.json.encode(value, order="sorted")
-        return DecodedArguments(value=value, canonical=canonical, as_dict=value)
+        return DecodedArguments(value=value, canonical=msgspec.json.encode(value, order="sorted"))
 
     def _explain(self, value: dict[str, Any]) -> str:
         for error in self._validator.iter_errors(value):

@@ -71,7 +71,7 @@ def test_codec_plugs_into_the_executor_checks_and_audit_redaction():
         id="c1", name="place_order", arguments=b'{"order_id": "o1", "lines": [], "pin": "1234"}'))
     assert plan.rejected is None
     assert plan.arguments is not None and plan.arguments.value["priority"] == "low"
-    assert plan.audit_arguments == {"order_id": "o1", "lines": [], "pin": "[REDACTED]", "priority": "low"}
+    assert plan.audit_arguments == {"lines": [], "order_id": "o1", "pin": "[REDACTED]", "priority": "low"}
     assert registry.definitions_json(principal.permissions).count(b'"additionalProperties":false') == 4
 
     refused = plan_call(registry, principal, ToolCallRequest(
