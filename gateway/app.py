@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 import structlog
+import msgspec
 from litestar import Litestar
 from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
@@ -22,12 +24,15 @@ from gateway.api.context import InFlight, RequestContextMiddleware
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
 from gateway.api.metrics import scrape_metrics
+from gateway.api.jwks import public_keys
 from gateway.api.runs import RunController
+from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.jwks import JwksCache
 from gateway.auth.middleware import PUBLIC_PATHS, JWTAuthenticationMiddleware
+from gateway.auth.service_tokens import load_service_signer
 from gateway.auth.tokens import TokenVerifier
 from gateway.db.engine import Database
 from gateway.execution.approvals import ApprovalService
@@ -36,8 +41,10 @@ from gateway.execution.ledger import create_ledger
 from gateway.execution.runs import RunService
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 from gateway.tools.builtin import builtin_tools
+from gateway.tools.config import load_http_tools
+from gateway.tools.http import ServiceCalls
 from gateway.tools.registry import ToolRegistry
 
 log = structlog.get_logger("gateway.app")
@@ -46,18 +53,39 @@ __all__ = ["create_app"]
 
 
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
-    """Build the application. Nothing here does I/O: resources are made in the lifespan."""
-    tools = registry if registry is not None else ToolRegistry(builtin_tools())
+    """Build the application. Resources are made in the lifespan; the only I/O here is reading
+    the tools file and the signing key, so that a bad one stops start-up with a clear message."""
+    signer = load_service_signer(settings)
+    service_calls = ServiceCalls(signer)
+    if registry is None:
+        registry = ToolRegistry(builtin_tools())
+        http_tools = load_http_tools(settings, service_calls, reserved_names=(tool.name for tool in registry))
+        if http_tools and signer is None:
+            raise SettingsError(
+                "the tools file declares HTTP tools: set GATEWAY_SERVICE_SIGNING_KEY or "
+                "GATEWAY_SERVICE_SIGNING_KEY_FILE (the key the gateway signs service tokens with)"
+            )
+        for tool in http_tools:
+            registry.register(tool)
+    tools = registry
+    service_jwks = msgspec.convert(signer.jwks() if signer is not None else {"keys": []}, Jwks)
     in_flight = InFlight()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = Database.from_settings(settings)
         http = httpx.AsyncClient(
-            timeout=httpx.Timeout(10.0),
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            timeout=httpx.Timeout(settings.tool_timeout_s, connect=settings.http_connect_timeout_s),
+            limits=httpx.Limits(
+                max_connections=settings.http_max_connections,
+                max_keepalive_connections=settings.http_max_keepalive_connections,
+            ),
             follow_redirects=False,
+            # The client is shared by every caller: a cookie one service sets for one user
+            # must never ride along on another user's call.
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
+        service_calls.attach(http)
         jwks = (
             JwksCache(settings.jwks_url, http, cache_s=settings.jwks_cache_s, timeout_s=settings.jwks_timeout_s)
             if settings.jwks_url
@@ -69,6 +97,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.settings = settings
         state.db = db
         state.http = http
+        state.service_calls = service_calls
+        state.service_jwks = service_jwks
         state.registry = tools
         state.token_verifier = TokenVerifier(settings, jwks)
         state.tenant_directory = directory
@@ -92,6 +122,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 await state.rate_limiter.close()
             await ledger.close()
             await sealer.stop()
+            service_calls.detach()
             await http.aclose()
             await db.dispose()
             log.info("gateway_stopped", drained=drained)
@@ -101,6 +132,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             healthz,
             readyz,
             scrape_metrics,
+            public_keys,
             RunController,
             ToolController,
             ApprovalController,

@@ -15,6 +15,7 @@ from pathlib import Path
 from gateway.settings import Settings, SettingsError
 
 DEMO_SECRET_FILE = ".gateway-demo-secret"
+DEMO_SIGNING_KEY_FILE = ".gateway-demo-signing-key.pem"
 DEMO_TOKEN_TTL_S = 12 * 3600
 
 
@@ -96,6 +97,8 @@ def load_settings(*, demo: bool = False) -> Settings:
         secret = settings.jwt_secret or demo_secret(Path.cwd() / DEMO_SECRET_FILE)
         os.environ["GATEWAY_JWT_SECRET"] = secret
         os.environ["GATEWAY_DEMO"] = "true"
+        if not (settings.service_signing_key or settings.service_signing_key_file):
+            os.environ["GATEWAY_SERVICE_SIGNING_KEY_FILE"] = str(demo_signing_key(Path.cwd() / DEMO_SIGNING_KEY_FILE))
         return Settings.from_env()
     return settings
 
@@ -108,6 +111,17 @@ def demo_secret(path: Path) -> str:
     path.write_text(secret + "\n")
     path.chmod(0o600)
     return secret
+
+
+def demo_signing_key(path: Path) -> Path:
+    """A generated key for signing service tokens, kept like the demo secret so that services
+    holding the gateway's JWKS keep verifying its tokens after a restart."""
+    if not path.exists():
+        from gateway.auth.service_tokens import generate_signing_key_pem
+
+        path.touch(mode=0o600)
+        path.write_bytes(generate_signing_key_pem())
+    return path
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -249,14 +263,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.shutdown_timeout_s,
             longest_call_s=longest_call_s,
         )
-    if not args.no_migrate:
-        upgrade_to_head(settings.database_url)
-    if settings.demo:
-        _seed(settings)
-        print_demo_banner(settings, args.host, args.port)
     # Before any worker imports prometheus-client: several workers share one metrics directory.
     metrics_dir = prepare_metrics_dir(workers)
     try:
+        from gateway.app import create_app
+
+        create_app(settings)  # checks the tools file and the signing key before the database is touched
+        if not args.no_migrate:
+            upgrade_to_head(settings.database_url)
+        if settings.demo:
+            _seed(settings)
+            print_demo_banner(settings, args.host, args.port)
         # Every worker builds its app from the environment (gateway.asgi); demo mode has put
         # its secret there. On SIGTERM uvicorn stops accepting, lets requests in flight
         # finish (at most GATEWAY_SHUTDOWN_TIMEOUT_S), then runs the app's shutdown.

@@ -222,10 +222,14 @@ class ToolError(Exception):
     and must simply raise.
     """
 
-    def __init__(self, code: ErrorCode, message: str, *, retryable: bool | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, *, retryable: bool | None = None, error_id: str | None = None
+    ) -> None:
         self.code = code
         self.message = message
         self.retryable = ERRORS[code].retryable if retryable is None else retryable
+        self.error_id = error_id
+        """Set when the details were logged under this id (an upstream failure): the model gets the id."""
         super().__init__(f"{code}: {message}")
 
 

@@ -113,6 +113,10 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     root.setLevel(numeric_level)
     # uvicorn's access log duplicates our request events and logs raw paths with query strings.
     logging.getLogger("uvicorn.access").disabled = True
+    # httpx logs every request's full URL at INFO (and httpcore its headers at DEBUG): an HTTP
+    # tool's URL holds argument values, its headers a token. Our own events say what happened.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 _event_encoder = msgspec.json.Encoder(enc_hook=str)

@@ -52,6 +52,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     audit_seal_interval_s: float = 1.0
     audit_seal_batch_size: int = 1000
+    tools_file: str | None = None
+    service_base_urls: tuple[str, ...] = ()
+    service_signing_key: str | None = None
+    service_signing_key_file: str | None = None
+    service_token_issuer: str = "gateway"
+    service_token_ttl_s: int = 60
+    http_max_connections: int = 100
+    http_max_keepalive_connections: int = 50
+    http_connect_timeout_s: float = 3.0
 
     log_level: str = "INFO"
     log_format: str = "json"
@@ -77,7 +86,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         if self.log_format not in ("json", "console"):
             raise SettingsError("GATEWAY_LOG_FORMAT must be json or console")
         for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size",
-                     "audit_seal_batch_size"):
+                     "audit_seal_batch_size", "service_token_ttl_s", "http_max_connections"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
         if self.audit_seal_interval_s < 0:
@@ -91,6 +100,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         for name in ("rate_limit_tenant_rps", "rate_limit_tenant_burst", "rate_limit_user_rps", "rate_limit_user_burst"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 0 (0: no limit)")
+        if self.http_max_keepalive_connections < 0 or self.http_connect_timeout_s <= 0:
+            raise SettingsError(
+                "GATEWAY_HTTP_MAX_KEEPALIVE_CONNECTIONS must be at least 0 and GATEWAY_HTTP_CONNECT_TIMEOUT_S positive"
+            )
 
     @property
     def rate_limits_enabled(self) -> bool:
@@ -168,6 +181,18 @@ FIELD_DOCS: dict[str, str] = {
     "audit_seal_interval_s": "Seconds between the audit sealer's rounds in each process (it links new audit rows "
     "into their tenant's hash chain, off the request path); `0` turns the process's sealer off.",
     "audit_seal_batch_size": "Most audit rows one sealer round links in one transaction.",
+    "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](#http-tools)); checked at start.",
+    "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
+    "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",
+    "service_signing_key": "PEM private key (EC P-256 → ES256, or RSA → RS256) the gateway signs service tokens "
+    "with; `\\n` may stand for line breaks. Required when HTTP tools are declared (demo mode generates one).",
+    "service_signing_key_file": "Path of a PEM file holding that key (instead of `GATEWAY_SERVICE_SIGNING_KEY`).",
+    "service_token_issuer": "The `iss` claim of service tokens.",
+    "service_token_ttl_s": "Lifetime of a service token, in seconds.",
+    "http_max_connections": "Most connections the process's HTTP client opens to business services, in total.",
+    "http_max_keepalive_connections": "Idle connections the HTTP client keeps open for reuse.",
+    "http_connect_timeout_s": "Timeout to open a connection to a business service, in seconds (the call as a "
+    "whole is bounded by the tool's timeout).",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
     "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",

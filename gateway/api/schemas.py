@@ -131,3 +131,21 @@ class ErrorEnvelope(msgspec.Struct):
 
 class Health(msgspec.Struct):
     status: str
+
+
+class Jwk(msgspec.Struct, omit_defaults=True):
+    """A public key (RFC 7517): EC keys carry crv/x/y, RSA keys n/e."""
+
+    kty: str
+    kid: str
+    use: str
+    alg: str
+    crv: str | None = None
+    x: str | None = None
+    y: str | None = None
+    n: str | None = None
+    e: str | None = None
+
+
+class Jwks(msgspec.Struct):
+    keys: list[Jwk]

@@ -16,7 +16,7 @@ log = structlog.get_logger("gateway.auth")
 
 # Anchored: Litestar matches these anywhere in the path, so "/healthz" alone would also
 # unprotect "/v1/anything/healthz".
-PUBLIC_PATHS = [r"^/healthz$", r"^/readyz$", r"^/metrics$", r"^/schema(/.*)?$"]
+PUBLIC_PATHS = [r"^/healthz$", r"^/readyz$", r"^/metrics$", r"^/schema(/.*)?$", r"^/\.well-known/jwks\.json$"]
 
 
 def unauthenticated() -> GatewayError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from gateway.errors import ERRORS, ErrorCode
+from gateway.tools.base import PartialResult
 
 TRUNCATION_MARKER = "…[truncated]"
 
@@ -26,11 +27,12 @@ class ErrorContent(msgspec.Struct):
     error: ErrorDetail
 
 
-class TruncatedResult(msgspec.Struct):
+class TruncatedResult(msgspec.Struct, omit_defaults=True):
     ok: bool
     result: str
     truncated: bool
-    original_bytes: int
+    original_bytes: int | None = None
+    """Left out when the original size is not known (a body that was not read to its end)."""
 
 
 _encoder = msgspec.json.Encoder()
@@ -61,12 +63,18 @@ def error_content(
 
 def encode_result(result: object, *, max_bytes: int) -> str:
     """Encode a tool's result; one larger than ``max_bytes`` is cut, visibly, with its original size."""
+    if isinstance(result, PartialResult):
+        return _truncated(result.kept[:max_bytes], result.original_bytes)
     encoded = _encoder.encode(result)
     if len(encoded) <= max_bytes:
         return ok_content(encoded)
-    kept = encoded[:max_bytes].decode("utf-8", errors="ignore")
+    return _truncated(encoded[:max_bytes], len(encoded))
+
+
+def _truncated(kept: bytes, original_bytes: int | None) -> str:
+    text = kept.decode("utf-8", errors="ignore")
     return _encoder.encode(
-        TruncatedResult(ok=True, result=kept + TRUNCATION_MARKER, truncated=True, original_bytes=len(encoded))
+        TruncatedResult(ok=True, result=text + TRUNCATION_MARKER, truncated=True, original_bytes=original_bytes)
     ).decode()
 
 

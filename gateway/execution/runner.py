@@ -62,8 +62,9 @@ async def run_tool(
     except ToolError as exc:
         return CallOutcome(
             outcome=exc.code.value,
-            content=error_content(exc.code, exc.message, retryable=exc.retryable),
+            content=error_content(exc.code, exc.message, retryable=exc.retryable, error_id=exc.error_id),
             duration_ms=_since(started),
+            error_id=exc.error_id,
         )
     except TimeoutError:
         return CallOutcome(

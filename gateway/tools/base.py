@@ -140,6 +140,15 @@ class ToolContext:
             yield conn
 
 
+@dataclass(frozen=True, slots=True)
+class PartialResult:
+    """What a handler returns when it read a result only up to the size limit (an HTTP body
+    cut off while streaming): it is shown truncated, with the original size when known."""
+
+    kept: bytes
+    original_bytes: int | None
+
+
 Handler = Callable[[ToolContext, Any], Awaitable[Any]]
 
 

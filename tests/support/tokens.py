@@ -44,3 +44,13 @@ def auth(token: str) -> dict[str, str]:
 
 def auth_for(user: str = "alice", tenant: str = "acme", **kwargs: Any) -> dict[str, str]:
     return auth(make_token(tenant, user, **kwargs))
+
+
+def _service_signing_key() -> str:
+    from gateway.auth.service_tokens import generate_signing_key_pem
+
+    return generate_signing_key_pem().decode()
+
+
+SERVICE_SIGNING_KEY = _service_signing_key()
+"""The EC P-256 key test gateways sign service tokens with (one per test session)."""

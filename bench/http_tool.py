@@ -1,0 +1,225 @@
+"""The cost of an HTTP tool call through the gateway against calling the service directly,
+measured in the same run.
+
+Starts, on the same server stack (uvicorn, uvloop, httptools, one worker each):
+- the gateway (`gateway serve`) on PostgreSQL, with a tools file declaring one HTTP tool,
+  `lookup` (GET /api/echo/{value} on the business service);
+- the business service of the test suite (tests/support/business_service.py), which
+  verifies the gateway's token with the gateway's JWKS on every request.
+
+Then drives, alternately and at the same concurrency with wrk:
+- (a) the tool through the gateway: `POST /v1/runs/{run}/tool-calls` with one call, a fresh
+  tool_call id and a fresh argument on every request, spread over 32 runs (the guarded path:
+  JWT, checks, ledger, a signed service token, the service call, the recorded outcome);
+- (b) the service directly: the same `GET /api/echo/<fresh value>` with a gateway-signed token;
+and prints the medians of requests/s, p50 and p99 and the gateway/direct ratios.
+Target: the gateway's p50 within 1.5x of the direct call's. With ``--builtin`` it also
+drives (c) the built-in ``add`` tool through the gateway, to tell the gateway's own cost
+per call (JWT, guards, ledger) from what the HTTP tool adds to it.
+
+    .venv/bin/python bench/http_tool.py [--duration 5] [--repeats 3] [--connections 32] [--builtin]
+
+Needs wrk (`apt-get install wrk`) and a PostgreSQL server (BENCH_DATABASE_URL, default
+postgresql://postgres@127.0.0.1:5432/postgres); it creates and drops its own database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.hot_path import RESULT, Sample, admin, free_port, median, wait_until_up  # noqa: E402
+from gateway.auth.dev_tokens import mint_token  # noqa: E402
+from gateway.auth.principal import Principal  # noqa: E402
+from gateway.auth.service_tokens import ServiceTokenSigner, generate_signing_key_pem  # noqa: E402
+from gateway.db.engine import Database  # noqa: E402
+from gateway.db.tenants import ensure_role  # noqa: E402
+from gateway.settings import Settings  # noqa: E402
+
+SECRET = "bench-secret-" + "x" * 40
+TOOLS_TOML = """
+[services.orders]
+base_url = "http://127.0.0.1:{port}/api"
+error_message_field = "detail"
+
+[[tools]]
+name = "lookup"
+description = "Look a value up in the orders service."
+service = "orders"
+permission = "orders:read"
+request = {{ method = "GET", path = "/echo/{{value}}" }}
+arguments = {{ type = "object", required = ["value"], properties = {{ value = {{ type = "string", maxLength = 100 }} }} }}
+"""
+
+
+def wrk(url: str, script: str, args: list[str], *, connections: int, duration: int) -> Sample:
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(ROOT / "bench" / script),
+         url, "--", *args],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    match = RESULT.search(out)
+    if match is None:
+        raise RuntimeError(f"wrk printed no result:\n{out}")
+    requests, duration_us, errors, p50, p99, non2xx = map(int, match.groups())
+    return Sample(rps=requests / (duration_us / 1e6), p50_ms=p50 / 1000, p99_ms=p99 / 1000, errors=errors + non2xx)
+
+
+async def grant_orders_read(database_url: str) -> None:
+    db = Database.from_settings(Settings(database_url=database_url))
+    try:
+        async with db.begin() as conn:
+            await ensure_role(conn, tenant_id="acme", name="member", description="member",
+                              permissions=frozenset({"orders:read"}))
+    finally:
+        await db.dispose()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=32, help="how many gateway runs the load is spread over")
+    parser.add_argument("--log-level", default="INFO", help="the gateway's GATEWAY_LOG_LEVEL during the bench")
+    parser.add_argument("--builtin", action="store_true", help="also drive the built-in `add` tool (reference)")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        print("bench: wrk is needed (Debian: apt-get install wrk)", file=sys.stderr)
+        return 2
+
+    server_dsn = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    database = f"gateway_bench_http_{uuid.uuid4().hex[:8]}"
+    db_dsn = server_dsn.rsplit("/", 1)[0] + "/" + database
+    asyncio.run(admin(server_dsn, f'CREATE DATABASE "{database}"'))
+    processes: list[subprocess.Popen[bytes]] = []
+    workdir = tempfile.TemporaryDirectory(prefix="gateway-bench-")
+    try:
+        gateway_port, service_port = free_port(), free_port()
+        key_path = Path(workdir.name) / "signing.pem"
+        key_path.write_bytes(generate_signing_key_pem())
+        tools_path = Path(workdir.name) / "tools.toml"
+        tools_path.write_text(TOOLS_TOML.format(port=service_port))
+        database_url = db_dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
+        env = {
+            **os.environ,
+            "GATEWAY_DATABASE_URL": database_url,
+            "GATEWAY_JWT_SECRET": SECRET,
+            "GATEWAY_LOG_LEVEL": args.log_level,
+            "GATEWAY_TOOLS_FILE": str(tools_path),
+            "GATEWAY_SERVICE_SIGNING_KEY_FILE": str(key_path),
+            "GATEWAY_SERVICE_TOKEN_TTL_S": "3600",
+            "BUSINESS_JWKS_URL": f"http://127.0.0.1:{gateway_port}/.well-known/jwks.json",
+        }
+        gateway = str(ROOT / ".venv/bin/gateway") if (ROOT / ".venv/bin/gateway").exists() else "gateway"
+        subprocess.run([gateway, "migrate"], env=env, check=True, capture_output=True)
+        subprocess.run([gateway, "seed-demo"], env=env, check=True, capture_output=True)
+        asyncio.run(grant_orders_read(database_url))
+
+        log = open(ROOT / "bench" / "last-run.log", "wb")  # noqa: SIM115
+        processes.append(subprocess.Popen(
+            [gateway, "serve", "--host", "127.0.0.1", "--port", str(gateway_port)], env=env, stdout=log, stderr=log
+        ))
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "tests.support.business_service:app_from_env", "--factory",
+             "--host", "127.0.0.1", "--port", str(service_port), "--loop", "uvloop", "--http", "httptools",
+             "--no-access-log", "--log-level", "warning"],
+            env=env, cwd=ROOT, stdout=log, stderr=log,
+        ))
+        gateway_url = f"http://127.0.0.1:{gateway_port}"
+        service_url = f"http://127.0.0.1:{service_port}"
+        wait_until_up(gateway_url + "/healthz")
+        wait_until_up(service_url + "/api/whoami")
+
+        settings = Settings(database_url=database_url, jwt_secret=SECRET)
+        token = mint_token(settings, tenant_id="acme", user_id="alice", roles=["member"], ttl_s=3600)
+        # The direct side sends what the gateway would: a token it signed for the service.
+        signer = ServiceTokenSigner.from_pem(key_path.read_bytes(), issuer="gateway", ttl_s=3600)
+        alice = Principal(tenant_id="acme", user_id="alice", roles=frozenset({"member"}), permissions=frozenset())
+        service_token = signer.sign(alice, audience="orders", run_id="bench", tool_call_id="bench")
+        runs = []
+        with httpx.Client(base_url=gateway_url, headers={"Authorization": f"Bearer {token}"}) as client:
+            for _ in range(args.runs):
+                response = client.post("/v1/runs", json={"max_tool_calls": 100_000})
+                response.raise_for_status()
+                runs.append(response.json()["id"])
+            check = client.post(f"/v1/runs/{runs[0]}/tool-calls", json={"tool_calls": [
+                {"id": "check", "type": "function", "function": {"name": "lookup", "arguments": '{"value": "v"}'}}]})
+            if '\\"ok\\":true' not in check.text:
+                raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
+
+        def through_gateway(label: str) -> Sample:
+            prefix = f"{label}{uuid.uuid4().hex[:6]}"
+            return wrk(gateway_url, "http_tool_calls.lua", [token, prefix, *runs],
+                       connections=args.connections, duration=args.duration)
+
+        def direct(label: str) -> Sample:
+            prefix = f"{label}{uuid.uuid4().hex[:6]}"
+            return wrk(service_url, "service_direct.lua", [service_token, prefix],
+                       connections=args.connections, duration=args.duration)
+
+        def builtin(label: str) -> Sample:
+            prefix = f"{label}{uuid.uuid4().hex[:6]}"
+            return wrk(gateway_url, "tool_calls.lua", [token, prefix, "1", *runs],
+                       connections=args.connections, duration=args.duration)
+
+        print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
+        through_gateway("w")
+        direct("w")
+
+        via, straight, reference = [], [], []
+        for repeat in range(1, args.repeats + 1):
+            via.append(through_gateway("g"))
+            straight.append(direct("d"))
+            line = (f"round {repeat}: via gateway {via[-1].rps:7.0f} req/s p50 {via[-1].p50_ms:6.2f} ms | "
+                    f"direct {straight[-1].rps:7.0f} req/s p50 {straight[-1].p50_ms:6.2f} ms")
+            if args.builtin:
+                reference.append(builtin("b"))
+                line += f" | built-in add {reference[-1].rps:7.0f} req/s p50 {reference[-1].p50_ms:6.2f} ms"
+            print(line, file=sys.stderr)
+        report(via, straight, reference)
+        errors = sum(s.errors for s in via + straight + reference)
+        if errors:
+            print(f"WARNING: {errors} failed or non-2xx requests; see bench/last-run.log", file=sys.stderr)
+        return 0
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGINT)
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        workdir.cleanup()
+        asyncio.run(admin(server_dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+
+
+def report(via: list[Sample], straight: list[Sample], reference: list[Sample]) -> None:
+    print(f"\n{'medians of ' + str(len(via)) + ' rounds':<34} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    rows = [("HTTP tool through the gateway", via), ("service called directly", straight)]
+    if reference:
+        rows.append(("built-in add through the gateway", reference))
+    for label, samples in rows:
+        print(f"{label:<34} {median(samples, 'rps'):9.0f} {median(samples, 'p50_ms'):8.2f} "
+              f"{median(samples, 'p99_ms'):8.2f}")
+    print(f"\nratio gateway/direct p50:        {median(via, 'p50_ms') / median(straight, 'p50_ms'):.2f}  "
+          "(target <= 1.50)")
+    print(f"ratio gateway/direct p99:        {median(via, 'p99_ms') / median(straight, 'p99_ms'):.2f}")
+    print(f"ratio gateway/direct throughput: {median(via, 'rps') / median(straight, 'rps'):.2f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

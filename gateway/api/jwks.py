@@ -1,0 +1,20 @@
+"""The gateway's public keys (JWKS): business services verify the tokens it signs for them."""
+
+from __future__ import annotations
+
+from litestar import MediaType, Response, get
+from litestar.datastructures import State
+
+from gateway.api.schemas import Jwks
+
+JWKS_PATH = "/.well-known/jwks.json"
+
+
+@get(JWKS_PATH, tags=["identity"], summary="The gateway's public signing keys", security=[])
+async def public_keys(state: State) -> Response[Jwks]:
+    """The keys that verify the tokens the gateway sends to business services (no authentication)."""
+    return Response(
+        content=state.service_jwks,
+        media_type=MediaType.JSON,
+        headers={"Cache-Control": "public, max-age=300"},
+    )

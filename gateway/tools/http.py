@@ -1,0 +1,303 @@
+"""HTTP tools: a declared call to an internal business service, made as the caller.
+
+Each call:
+- builds its URL from the service's parsed base URL and the encoded arguments
+  (``http_request.py``: no argument can choose the host or add headers);
+- sends a short-lived JWT the gateway signs for that service (audience = the service;
+  ``sub``, ``tenant_id``, ``roles``, ``run_id``, ``tool_call_id``), ``X-Request-ID``, and an
+  ``Idempotency-Key`` when it changes data (derived from the approval when there is one);
+- goes through the process's one pooled ``httpx.AsyncClient`` (no redirects followed);
+- reads the response body up to the tool's result limit and no further;
+- maps the status to a stable code. From an error body only the service's declared safe
+  field reaches the model, cut to a length; the rest is logged.
+
+| service answers | the model gets |
+|---|---|
+| 2xx | ``{"ok": true, "result": ...}`` (JSON as sent, else text; truncated past the limit) |
+| 400, 422 | ``INVALID_ARGUMENTS`` |
+| 401, 403 | ``PERMISSION_DENIED`` |
+| 404, 410 | ``NOT_FOUND`` |
+| 409, 412 | ``CONFLICT`` |
+| 429 | ``RATE_LIMITED`` (retryable) |
+| 5xx, connection errors | ``TOOL_EXECUTION_FAILED`` (retryable, details logged under ``error_id``) |
+| no answer in time | ``TOOL_TIMEOUT`` (retryable) |
+| anything else (3xx, other 4xx) | ``TOOL_EXECUTION_FAILED`` (not retryable, logged) |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import msgspec
+import structlog
+
+from gateway.auth.service_tokens import ServiceTokenSigner
+from gateway.errors import ERRORS, ErrorCode, ToolError
+from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContext
+from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
+from gateway.tools.json_arguments import JsonSchemaArguments
+
+log = structlog.get_logger("gateway.tools.http")
+
+ERROR_BODY_LIMIT = 4096
+"""Most bytes of an error response read (to find the safe field and to log an excerpt)."""
+LOG_EXCERPT_CHARS = 512
+
+_STATUS_CODES: dict[int, ErrorCode] = {
+    400: ErrorCode.INVALID_ARGUMENTS,
+    422: ErrorCode.INVALID_ARGUMENTS,
+    401: ErrorCode.PERMISSION_DENIED,
+    403: ErrorCode.PERMISSION_DENIED,
+    404: ErrorCode.NOT_FOUND,
+    410: ErrorCode.NOT_FOUND,
+    409: ErrorCode.CONFLICT,
+    412: ErrorCode.CONFLICT,
+    429: ErrorCode.RATE_LIMITED,
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+class ServiceCalls:
+    """What the HTTP tools of one process share: the token signer, made with the app, and the
+    pooled HTTP client, made in the app's lifespan and handed over with ``attach``."""
+
+    def __init__(self, signer: ServiceTokenSigner | None) -> None:
+        self.signer = signer
+        self._client: httpx.AsyncClient | None = None
+
+    def attach(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    def detach(self) -> None:
+        self._client = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise RuntimeError("the HTTP client is not started: HTTP tools run inside the app's lifespan")
+        return self._client
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorExposure:
+    """Which part of a service's error body the model may read: one string field, cut short."""
+
+    field: str | None
+    max_chars: int
+
+    def message(self, body: bytes) -> str | None:
+        if self.field is None or not body:
+            return None
+        try:
+            value: Any = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return None
+        for key in self.field.split("."):
+            if not isinstance(value, dict):
+                return None
+            value = value.get(key)
+        if not isinstance(value, str):
+            return None
+        text = _CONTROL.sub(" ", value).strip()
+        if not text:
+            return None
+        return text if len(text) <= self.max_chars else text[: self.max_chars - 1].rstrip() + "…"
+
+
+class HttpToolHandler:
+    def __init__(
+        self,
+        *,
+        tool_name: str,
+        service: ServiceEndpoint,
+        request: RequestTemplate,
+        calls: ServiceCalls,
+        timeout_s: float,
+        connect_timeout_s: float,
+        max_result_bytes: int,
+        mutates: bool,
+        errors: ErrorExposure,
+    ) -> None:
+        self._tool = tool_name
+        self._service = service
+        self._request = request
+        self._calls = calls
+        self._timeout_s = timeout_s
+        self._timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
+        self._max_result_bytes = max_result_bytes
+        self._mutates = mutates
+        self._errors = errors
+        self._log_fields = {
+            "tool": tool_name,
+            "service": service.name,
+            "method": request.method,
+            "path": request.path_template,
+        }
+
+    async def __call__(self, ctx: ToolContext, arguments: Mapping[str, Any]) -> object:
+        try:
+            url, body = self._request.build(self._service, arguments)
+        except ArgumentsInvalid as exc:
+            raise ToolError(ErrorCode.INVALID_ARGUMENTS, exc.message) from None
+        headers = self._headers(ctx, has_body=body is not None)
+        started = time.perf_counter()
+        try:
+            async with self._calls.client.stream(
+                self._request.method, url, content=body, headers=headers, timeout=self._timeout
+            ) as response:
+                status = response.status_code
+                success = 200 <= status < 300
+                data, complete = await read_capped(response, self._max_result_bytes if success else ERROR_BODY_LIMIT)
+                response_headers = response.headers
+        except httpx.TimeoutException as exc:
+            log.warning("service_call_timed_out", **self._log_fields, error_type=type(exc).__name__,
+                        duration_ms=_since(started))
+            raise ToolError(
+                ErrorCode.TOOL_TIMEOUT, f"The service did not answer within {self._timeout_s:g} s."
+            ) from None
+        except httpx.TransportError as exc:
+            error_id = new_error_id()
+            log.warning("service_call_failed", **self._log_fields, error_type=type(exc).__name__,
+                        error_id=error_id, duration_ms=_since(started))
+            raise ToolError(
+                ErrorCode.TOOL_EXECUTION_FAILED, "The service could not be reached.", error_id=error_id
+            ) from None
+        if success:
+            log.debug("service_call_finished", **self._log_fields, status=status, duration_ms=_since(started))
+            return self._result(data, complete, response_headers)
+        raise self._error(status, data, response_headers, started)
+
+    def _headers(self, ctx: ToolContext, *, has_body: bool) -> dict[str, str]:
+        signer = self._calls.signer
+        if signer is None:
+            raise RuntimeError("HTTP tools need a service signing key")
+        token = signer.sign(
+            ctx.principal, audience=self._service.audience, run_id=ctx.run_id, tool_call_id=ctx.tool_call_id
+        )
+        headers = {
+            "authorization": f"Bearer {token}",
+            "accept": "application/json",
+            # Compressed bodies could expand past the size limit inside one read.
+            "accept-encoding": "identity",
+            "user-agent": "gateway",
+        }
+        if ctx.request_id:
+            headers["x-request-id"] = ctx.request_id
+        idempotency_key = ctx.idempotency_key or (call_idempotency_key(ctx) if self._mutates else None)
+        if idempotency_key:
+            headers["idempotency-key"] = idempotency_key
+        if has_body:
+            headers["content-type"] = "application/json"
+        return headers
+
+    def _result(self, data: bytes, complete: bool, headers: httpx.Headers) -> object:
+        if not complete:
+            return PartialResult(kept=data[: self._max_result_bytes], original_bytes=_content_length(headers))
+        if not data.strip():
+            return None
+        try:
+            # Valid JSON is passed on as it was sent, without decoding and encoding it again.
+            return msgspec.json.decode(data, type=msgspec.Raw)
+        except msgspec.DecodeError:
+            return data.decode("utf-8", errors="replace")
+
+    def _error(self, status: int, data: bytes, headers: httpx.Headers, started: float) -> ToolError:
+        excerpt = data[:LOG_EXCERPT_CHARS].decode("utf-8", errors="replace")
+        code = _STATUS_CODES.get(status)
+        if code is not None:
+            log.info("service_call_refused", **self._log_fields, status=status, outcome=code.value,
+                     response_excerpt=excerpt, duration_ms=_since(started))
+            message = self._errors.message(data) or ERRORS[code].message
+            retry_after = headers.get("retry-after", "")
+            if code is ErrorCode.RATE_LIMITED and retry_after.isdigit():
+                message = f"{message} Retry after {int(retry_after)} s."
+            return ToolError(code, message)
+        error_id = new_error_id()
+        log.warning("service_call_failed", **self._log_fields, status=status, error_id=error_id,
+                    response_excerpt=excerpt, duration_ms=_since(started))
+        if status >= 500:
+            return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service failed to handle the request.",
+                             error_id=error_id)
+        return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service answered in a way this tool does not expect.",
+                         retryable=False, error_id=error_id)
+
+
+async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """The body up to ``limit`` bytes, and whether that was all of it. Reading stops at the
+    first chunk past the limit; a stream left unread is closed, not drained."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], False
+    return b"".join(chunks), True
+
+
+def call_idempotency_key(ctx: ToolContext) -> str:
+    """For a changing call that runs without an approval: one key per call of a run."""
+    material = f"gateway-call:{ctx.principal.tenant_id}:{ctx.run_id}:{ctx.tool_call_id}"
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def new_error_id() -> str:
+    return "err_" + uuid.uuid4().hex[:20]
+
+
+def _content_length(headers: httpx.Headers) -> int | None:
+    value = headers.get("content-length", "")
+    return int(value) if value.isdigit() else None
+
+
+def _since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def http_tool(
+    *,
+    name: str,
+    description: str,
+    schema: Mapping[str, Any],
+    permission: str,
+    service: ServiceEndpoint,
+    request: RequestTemplate,
+    calls: ServiceCalls,
+    timeout_s: float,
+    connect_timeout_s: float,
+    max_result_bytes: int,
+    mutates: bool = False,
+    sensitive_fields: frozenset[str] = frozenset(),
+    errors: ErrorExposure = ErrorExposure(field=None, max_chars=200),
+) -> Tool:
+    """A tool that calls ``service`` as declared; ``schema`` is made strict and compiled here."""
+    arguments = JsonSchemaArguments(schema, sensitive_fields, checks=[request.check_arguments])
+    handler = HttpToolHandler(
+        tool_name=name,
+        service=service,
+        request=request,
+        calls=calls,
+        timeout_s=timeout_s,
+        connect_timeout_s=connect_timeout_s,
+        max_result_bytes=max_result_bytes,
+        mutates=mutates,
+        errors=errors,
+    )
+    return Tool(
+        name=name,
+        description=description,
+        arguments=arguments,
+        handler=handler,
+        permission=permission,
+        mutates=mutates,
+        timeout_s=timeout_s,
+        max_result_bytes=max_result_bytes,
+        sensitive_fields=sensitive_fields,
+    )

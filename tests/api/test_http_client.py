@@ -1,0 +1,27 @@
+"""One pooled HTTP client per process, shaped by the settings, closed on shutdown."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from tests.conftest import make_settings
+
+
+async def test_one_pooled_client_from_settings_shared_by_http_tools_and_closed_on_shutdown(sqlite_url: str):
+    settings = make_settings(
+        sqlite_url, http_max_connections=7, http_max_keepalive_connections=3, http_connect_timeout_s=1.5,
+        tool_timeout_s=4.0,
+    )
+    app = create_app(settings)
+    async with AsyncTestClient(app=app):
+        http = app.state.http
+        assert http.follow_redirects is False
+        assert (http.timeout.connect, http.timeout.read) == (1.5, 4.0)
+        pool = http._transport._pool  # httpcore's pool: where the limits end up
+        assert (pool._max_connections, pool._max_keepalive_connections) == (7, 3)
+        assert app.state.service_calls.client is http
+    assert http.is_closed
+    with pytest.raises(RuntimeError, match="lifespan"):
+        app.state.service_calls.client
