@@ -13,7 +13,9 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
+from gateway.agent.service import AgentService
 from gateway.api.approvals import AdminApprovalController, ApprovalController
+from gateway.api.chat import ChatController
 from gateway.api.context import RequestContextMiddleware
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
@@ -28,6 +30,7 @@ from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
 from gateway.execution.runs import RunService
+from gateway.llm.providers import ModelProviders
 from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
@@ -64,6 +67,15 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger)
         state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
         state.runs = RunService(settings=settings, db=db, directory=directory)
+        state.agent = AgentService(
+            settings=settings,
+            db=db,
+            executor=state.executor,
+            registry=tools,
+            runs=state.runs,
+            providers=ModelProviders(settings, http),
+            directory=directory,
+        )
         try:
             yield
         finally:
@@ -79,6 +91,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             ToolController,
             ApprovalController,
             AdminApprovalController,
+            ChatController,
         ],
         middleware=[DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS)],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
