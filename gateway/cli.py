@@ -1,4 +1,4 @@
-"""`gateway ...` commands: serve, migrate, seed-demo, token."""
+"""`gateway ...` commands: serve, migrate, seed-demo, token, chat."""
 
 from __future__ import annotations
 
@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
     token.add_argument("--demo", action="store_true", help=f"sign with the demo secret in ./{DEMO_SECRET_FILE}")
     token.set_defaults(handler=cmd_token)
+
+    from gateway.chat_cli import add_parser as add_chat_parser
+
+    add_chat_parser(commands)
+    commands.choices["chat"].set_defaults(handler=cmd_chat)
     return parser
 
 
@@ -139,6 +144,22 @@ def _directory_roles(settings: Settings, tenant_id: str, user_id: str) -> list[s
     if roles is None:
         raise SettingsError(f"no user {user_id!r} in tenant {tenant_id!r}; name the roles with --role")
     return roles
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from gateway.chat_cli import request_body, run_chat
+
+    url = args.url or os.environ.get("GATEWAY_URL") or "http://127.0.0.1:8000"
+    token = args.token or os.environ.get("GATEWAY_TOKEN")
+    if not token:
+        from gateway.auth.dev_tokens import mint_token
+
+        settings = load_settings(demo=args.demo)
+        if settings.jwt_secret is None:
+            raise SettingsError("pass --token (or set GATEWAY_TOKEN), or set GATEWAY_JWT_SECRET (or --demo) to mint one")
+        roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
+        token = mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=3600)
+    return run_chat(url, token, request_body(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
