@@ -15,6 +15,7 @@ import msgspec
 ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
 JSON_FIELDS = frozenset({"llm_providers"})
+SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key"})
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./gateway.db"
 
 
@@ -163,6 +164,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 ),
             )
         return tuple(providers)
+
+    def __repr__(self) -> str:  # secrets never reach a log line or a traceback
+        shown = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            shown.append(f"{name}={'[REDACTED]' if name in SECRET_FIELDS and value is not None else repr(value)}")
+        return f"Settings({', '.join(shown)})"
 
     @property
     def is_sqlite(self) -> bool:

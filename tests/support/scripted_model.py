@@ -134,9 +134,24 @@ class ScriptedModel:
         step = self.steps[min(self._served, len(self.steps) - 1)]
         self._served += 1
         turn = step(request) if callable(step) else step
-        if turn.delay_s:
-            await asyncio.sleep(turn.delay_s)
+        if turn.delay_s and await _client_left_within(receive, turn.delay_s):
+            return
         await _respond(send, turn)
+
+
+async def _client_left_within(receive: Any, seconds: float) -> bool:
+    """Wait ``seconds``, or less if the client disconnects (then True)."""
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    waiter = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({waiter}, timeout=seconds)
+        return bool(done)
+    finally:
+        waiter.cancel()
 
 
 async def _respond(send: Any, turn: Turn) -> None:

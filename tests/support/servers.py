@@ -24,7 +24,7 @@ async def serve(app: Any) -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="auto", loop="asyncio",
-                            http="h11", timeout_graceful_shutdown=5)
+                            http="h11", timeout_graceful_shutdown=2)
     server = _QuietServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
