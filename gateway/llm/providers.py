@@ -9,7 +9,7 @@ from gateway.llm.base import ChatModel
 from gateway.llm.ollama import OllamaChatModel
 from gateway.llm.openai import OpenAIChatModel
 from gateway.llm.transport import UpstreamTransport
-from gateway.settings import LlmProvider, Settings
+from gateway.settings import DEFAULT_PROVIDER, LlmProvider, Settings
 
 
 def build_model(provider: LlmProvider, transport: UpstreamTransport) -> ChatModel:
@@ -44,10 +44,12 @@ class ModelProviders:
         return self._models.get(name)
 
     def choose(self, requested: str | None, *, pinned: str | None) -> ChatModel:
-        """A request names a provider in ``model``; any other name means the default one.
-
-        A tenant pinned to a provider always gets that one, and naming another is refused.
+        """A request names a provider in ``model``; ``default``, or any name that is no provider's,
+        means the default one. A tenant pinned to a provider always gets that one, and naming
+        another provider is refused.
         """
+        if requested == DEFAULT_PROVIDER:
+            requested = None
         if pinned is not None:
             if requested in self._models and requested != pinned:
                 raise GatewayError(
