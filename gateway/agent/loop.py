@@ -94,6 +94,7 @@ class LoopRun:
     persisted: int = 0
     trace: list[TraceEntry] = field(default_factory=list)
     chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
+    save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def messages_dropped(self) -> int:

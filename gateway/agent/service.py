@@ -155,14 +155,14 @@ class AgentService:
             outcome = await self.loop.run(run, request_id=request_id, emit=emit)
         except asyncio.CancelledError:
             log.info("agent_run_cancelled", run=run.run_id, steps=run.steps)
-            await asyncio.shield(self._finish(run, "cancelled", None))
+            await self._finish(run, "cancelled", None)
             raise
         except GatewayError as exc:
             log.info("agent_run_failed", run=run.run_id, code=exc.code.value, steps=run.steps)
-            await asyncio.shield(self._finish(run, "failed", exc.code.value))
+            await self._finish(run, "failed", exc.code.value)
             raise
         except Exception:
-            await asyncio.shield(self._finish(run, "failed", ErrorCode.INTERNAL_ERROR.value))
+            await self._finish(run, "failed", ErrorCode.INTERNAL_ERROR.value)
             raise
         await self._finish(run, outcome.state, outcome.stop_code.value if outcome.stop_code else None)
         log.info("agent_run_finished", run=run.run_id, state=outcome.state, finish_reason=outcome.finish_reason,
@@ -262,23 +262,29 @@ class AgentService:
         await self._store(run, {"loop_state": state, "stop_reason": stop_reason})
 
     async def _store(self, run: LoopRun, values: dict[str, Any]) -> None:
-        now = datetime.now(UTC)
-        fresh = run.history[run.persisted:]
-        async with self._db.begin() as conn:
-            await q.append_messages(conn, tenant_id=run.principal.tenant_id, run_id=run.run_id,
-                                    first_seq=run.persisted, messages=fresh, now=now)
-            await q.update_loop(
-                conn,
-                tenant_id=run.principal.tenant_id,
-                run_id=run.run_id,
-                steps=run.steps,
-                prompt_tokens=run.usage.prompt_tokens,
-                completion_tokens=run.usage.completion_tokens,
-                messages_dropped=run.messages_dropped,
-                updated_at=now,
-                **values,
-            )
-        run.persisted = len(run.history)
+        """Store the new messages and the counters. A save is never cut in half by a cancellation
+        (a client going away), and saves of one run take turns, so a message is stored once."""
+        await asyncio.shield(self._store_now(run, values))
+
+    async def _store_now(self, run: LoopRun, values: dict[str, Any]) -> None:
+        async with run.save_lock:
+            now = datetime.now(UTC)
+            fresh = run.history[run.persisted:]
+            async with self._db.begin() as conn:
+                await q.append_messages(conn, tenant_id=run.principal.tenant_id, run_id=run.run_id,
+                                        first_seq=run.persisted, messages=fresh, now=now)
+                await q.update_loop(
+                    conn,
+                    tenant_id=run.principal.tenant_id,
+                    run_id=run.run_id,
+                    steps=run.steps,
+                    prompt_tokens=run.usage.prompt_tokens,
+                    completion_tokens=run.usage.completion_tokens,
+                    messages_dropped=run.messages_dropped,
+                    updated_at=now,
+                    **values,
+                )
+            run.persisted += len(fresh)
 
 
 def _lower(requested: Any, default: Any) -> Any:
