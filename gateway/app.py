@@ -13,6 +13,10 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
+from gateway.admin.service import TenantAdmin
+from gateway.api.admin import RoleAdminController, TenantAdminController, ToolPolicyAdminController
+from gateway.api.approvals import AdminApprovalController, ApprovalController
+from gateway.api.audit import AuditController
 from gateway.agent.service import AgentService
 from gateway.api.approvals import AdminApprovalController, ApprovalController
 from gateway.api.chat import ChatController
@@ -21,6 +25,7 @@ from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
 from gateway.api.runs import RunController
 from gateway.api.tools import ToolController
+from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.jwks import JwksCache
 from gateway.auth.middleware import PUBLIC_PATHS, JWTAuthenticationMiddleware
@@ -67,6 +72,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger)
         state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
         state.runs = RunService(settings=settings, db=db, directory=directory)
+        state.tenant_admin = TenantAdmin(db=db, registry=tools, directory=directory)
+        sealer = AuditSealer(
+            db, batch_size=settings.audit_seal_batch_size, interval_s=settings.audit_seal_interval_s
+        )
+        sealer.start()
         state.agent = AgentService(
             settings=settings,
             db=db,
@@ -79,6 +89,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         try:
             yield
         finally:
+            await sealer.stop()
             await ledger.close()
             await http.aclose()
             await db.dispose()
@@ -91,6 +102,10 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             ToolController,
             ApprovalController,
             AdminApprovalController,
+            RoleAdminController,
+            ToolPolicyAdminController,
+            TenantAdminController,
+            AuditController,
             ChatController,
         ],
         middleware=[DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS)],

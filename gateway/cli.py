@@ -1,4 +1,4 @@
-"""`gateway ...` commands: serve, migrate, seed-demo, token, chat."""
+"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit, chat."""
 
 from __future__ import annotations
 
@@ -58,6 +58,26 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--demo", action="store_true", help=f"sign with the demo secret in ./{DEMO_SECRET_FILE}")
     token.set_defaults(handler=cmd_token)
 
+    tenants = commands.add_parser("tenants", help="create, list, disable and enable tenants (operator)")
+    tenant_commands = tenants.add_subparsers(dest="tenants_command", required=True, metavar="ACTION")
+    create = tenant_commands.add_parser("create", help="create a tenant with an `admin` role")
+    create.add_argument("slug")
+    create.add_argument("--name", help="display name (default: the slug)")
+    tenant_commands.add_parser("list", help="list the tenants, their state and caps")
+    for action, text in (("disable", "its tokens get 403 TENANT_DISABLED"), ("enable", "undo disable")):
+        sub = tenant_commands.add_parser(action, help=text)
+        sub.add_argument("slug")
+    tenants.set_defaults(handler=cmd_tenants)
+
+    audit = commands.add_parser("audit", help="the audit hash chain: seal, verify, prune (operator)")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    audit_commands.add_parser("seal", help="link every unsealed audit row into its tenant's chain now")
+    verify = audit_commands.add_parser("verify", help="walk a tenant's chain; exit 1 naming the first broken row")
+    verify.add_argument("--tenant", required=True)
+    prune = audit_commands.add_parser("prune", help="remove old sealed rows, keeping the chain verifiable")
+    prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12h, 2w")
+    prune.add_argument("--tenant", help="only this tenant (default: all)")
+    audit.set_defaults(handler=cmd_audit)
     from gateway.chat_cli import add_parser as add_chat_parser
 
     add_chat_parser(commands)
@@ -146,6 +166,61 @@ def _directory_roles(settings: Settings, tenant_id: str, user_id: str) -> list[s
     return roles
 
 
+def _operate(settings: Settings, action):  # type: ignore[no-untyped-def]
+    """Run one operator action against the database, then close it."""
+    from gateway.db.engine import Database
+
+    async def run():  # type: ignore[no-untyped-def]
+        db = Database.from_settings(settings)
+        try:
+            return await action(db)
+        finally:
+            await db.dispose()
+
+    return asyncio.run(run())
+
+
+def cmd_tenants(args: argparse.Namespace) -> int:
+    from gateway.admin import operator
+
+    settings = Settings.from_env()
+    try:
+        if args.tenants_command == "create":
+            out = _operate(settings, lambda db: operator.create(db, args.slug, args.name))
+        elif args.tenants_command == "list":
+            out = _operate(settings, operator.list_all)
+        else:
+            disabled = args.tenants_command == "disable"
+            out = _operate(settings, lambda db: operator.set_disabled(db, args.slug, disabled))
+    except operator.OperatorError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from gateway.admin import operator
+    from gateway.audit.prune import parse_age
+
+    settings = Settings.from_env()
+    try:
+        if args.audit_command == "seal":
+            print(_operate(settings, operator.seal))
+        elif args.audit_command == "verify":
+            ok, report = _operate(settings, lambda db: operator.verify(db, args.tenant))
+            print(report)
+            return 0 if ok else 1
+        else:
+            try:
+                age = parse_age(args.older_than)
+            except ValueError as exc:
+                raise operator.OperatorError(str(exc)) from None
+            print(_operate(settings, lambda db: operator.prune_older_than(db, age, args.tenant)))
+    except operator.OperatorError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
 def cmd_chat(args: argparse.Namespace) -> int:
     from gateway.chat_cli import request_body, run_chat
 

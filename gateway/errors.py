@@ -162,7 +162,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "The tool did not finish within its timeout and was cancelled.",
               "The tool did not answer in time."),
         _spec(E.CONFLICT, 409, False,
-              "The business service refused the change because of the current state of the data.",
+              "The business service refused the change because of the current state of the data "
+              "(HTTP: an admin change that conflicts with existing data, e.g. a role name already taken).",
               "The action conflicts with the current state."),
         _spec(E.BUSINESS_RULE_VIOLATION, 422, False,
               "The business service refused the request by one of its rules (dividing by zero is one).",
@@ -235,7 +236,7 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED})
+_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED, E.CONFLICT})
 
 STOP_REASON_CODES = frozenset({E.MAX_STEPS_EXCEEDED, E.TOKEN_BUDGET_EXCEEDED, E.RUN_TIMEOUT})
 """Codes that end an agent run inside a normal ``200`` completion, as its ``gateway.stop_reason``."""

@@ -1,14 +1,17 @@
 """structlog set-up: events with fields, bound request context, and redaction.
 
-Request-scoped fields (request_id, tenant, user) are bound through
-``structlog.contextvars`` by the request-context middleware; every event logged while a
-request is handled carries them.
+Request-scoped fields (request_id, tenant, user) live in one context variable holding a
+dict: the request-context middleware starts a fresh one per request, authentication adds
+tenant and user, and every event logged while the request is handled carries them. (One
+variable and one dict per request is cheaper on the hot path than structlog's
+one-variable-per-key contextvars.)
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from contextvars import ContextVar, Token
 from typing import Any
 
 import msgspec
@@ -21,6 +24,32 @@ SECRET_KEYS = frozenset(
 REDACTED = "[REDACTED]"
 
 
+_request_context: ContextVar[dict[str, Any] | None] = ContextVar("gateway_request_context", default=None)
+
+
+def start_request_context(**fields: Any) -> Token[dict[str, Any] | None]:
+    return _request_context.set(dict(fields))
+
+
+def end_request_context(token: Token[dict[str, Any] | None]) -> None:
+    _request_context.reset(token)
+
+
+def bind_request(**fields: Any) -> None:
+    """Add fields to every later event of the current request."""
+    context = _request_context.get()
+    if context is not None:
+        context.update(fields)
+
+
+def merge_request_context(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    context = _request_context.get()
+    if context:
+        for key, value in context.items():
+            event.setdefault(key, value)
+    return event
+
+
 def redact_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     for key in event.keys() & SECRET_KEYS:
         event[key] = REDACTED
@@ -29,7 +58,7 @@ def redact_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
 
 def shared_processors() -> list[Any]:
     return [
-        structlog.contextvars.merge_contextvars,
+        merge_request_context,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         redact_secrets,

@@ -94,6 +94,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_batch_size: int = 64
     policy_cache_s: float = 5.0
 
+    audit_seal_interval_s: float = 1.0
+    audit_seal_batch_size: int = 1000
+
     log_level: str = "INFO"
     log_format: str = "json"
 
@@ -110,9 +113,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             )
         if self.log_format not in ("json", "console"):
             raise SettingsError("GATEWAY_LOG_FORMAT must be json or console")
-        for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size"):
+        for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size",
+                     "audit_seal_batch_size"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
+        if self.audit_seal_interval_s < 0:
+            raise SettingsError("GATEWAY_AUDIT_SEAL_INTERVAL_S must be at least 0")
         if self.run_max_repeats < 0:
             raise SettingsError("GATEWAY_RUN_MAX_REPEATS must be at least 0")
         self._check_agent_loop()
@@ -271,7 +277,11 @@ FIELD_DOCS: dict[str, str] = {
     "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
     "max_body_bytes": "Largest request body accepted (413 `PAYLOAD_TOO_LARGE` above).",
     "max_batch_size": "Most tool calls accepted in one batch.",
-    "policy_cache_s": "Seconds tenants and role→permission maps are cached in a process.",
+    "policy_cache_s": "Seconds tenants, role→permission maps and tool policies are cached in a process: a change "
+    "made on another gateway process is honoured within this time (at once on the process that made it).",
+    "audit_seal_interval_s": "Seconds between the audit sealer's rounds in each process (it links new audit rows "
+    "into their tenant's hash chain, off the request path); `0` turns the process's sealer off.",
+    "audit_seal_batch_size": "Most audit rows one sealer round links in one transaction.",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
 }

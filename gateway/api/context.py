@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
-import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.logging import end_request_context, start_request_context
 
 _ACCEPTED_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 REQUEST_ID_HEADER = b"x-request-id"
@@ -34,7 +35,7 @@ class RequestContextMiddleware:
                     request_id = candidate
                 break
         if request_id is None:
-            request_id = "req_" + uuid.uuid4().hex
+            request_id = "req_" + os.urandom(16).hex()
         scope.setdefault("state", {})["request_id"] = request_id  # type: ignore[typeddict-unknown-key]
         header_value = request_id.encode()
 
@@ -45,9 +46,8 @@ class RequestContextMiddleware:
                 message["headers"] = headers
             await send(message)
 
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=request_id)
+        context = start_request_context(request_id=request_id)
         try:
             await self.app(scope, receive, send_with_request_id)
         finally:
-            structlog.contextvars.clear_contextvars()
+            end_request_context(context)

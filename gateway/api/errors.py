@@ -8,8 +8,8 @@ logged with its stack under the ``error_id`` the client receives.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
@@ -17,9 +17,12 @@ from sqlalchemy import exc as sa_exc
 
 from gateway.api.context import request_id_of
 from gateway.api.schemas import ErrorBody, ErrorEnvelope
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ERRORS, ErrorCode, GatewayError
 
 log = structlog.get_logger("gateway.http")
+
+CLIENT_DISCONNECTED = "client disconnected prematurely"
+"""What Litestar's request says when the body stream ends early."""
 
 _STATUS_CODES = {
     400: ErrorCode.INVALID_REQUEST,
@@ -34,7 +37,7 @@ _STATUS_CODES = {
 
 
 def error_response(
-    request: Request,
+    request: Request[Any, Any, Any],
     code: ErrorCode,
     message: str | None,
     status: int,
@@ -42,8 +45,6 @@ def error_response(
     headers: dict[str, str] | None = None,
     error_id: str | None = None,
 ) -> Response[ErrorEnvelope]:
-    from gateway.errors import ERRORS
-
     body = ErrorBody(
         code=code.value,
         message=message or ERRORS[code].message,
@@ -71,6 +72,10 @@ def handle_validation_error(request: Request, exc: ValidationException) -> Respo
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response[ErrorEnvelope]:
     status = exc.status_code
+    if exc.detail == CLIENT_DISCONNECTED:
+        # The client went away while sending its body: nothing to answer, nothing went wrong here.
+        log.info("client_disconnected", path=request.url.path)
+        return error_response(request, ErrorCode.INVALID_REQUEST, "The client disconnected.", 400)
     if status >= 500:
         return handle_unexpected(request, exc)
     code = _STATUS_CODES.get(status, ErrorCode.INVALID_REQUEST)
@@ -129,6 +134,3 @@ EXCEPTION_HANDLERS = {
     Exception: handle_unexpected,
 }
 
-
-def envelope_bytes(code: ErrorCode, message: str, request_id: str | None) -> bytes:
-    return msgspec.json.encode(ErrorEnvelope(error=ErrorBody(code=code.value, message=message, request_id=request_id)))

@@ -18,6 +18,10 @@ class ToolController(Controller):
 
     @get("/", summary="List the caller's tools", responses=error_responses(401, 503))
     async def list_tools(self, request: Request, registry: NamedDependency[ToolRegistry]) -> Response[ToolList]:
-        """Only the tools the caller's roles grant, sorted by name; identical bytes between calls."""
-        permissions = principal_of(request).permissions
-        return Response(content=registry.definitions_json(permissions), media_type=MediaType.JSON)
+        """Only the tools the caller's roles grant and the tenant's policies allow, sorted by name;
+        identical bytes between calls."""
+        principal = principal_of(request)
+        definitions = registry.definitions_json(
+            principal.permissions, roles=principal.roles, policies=principal.tool_policies
+        )
+        return Response(content=definitions, media_type=MediaType.JSON)

@@ -8,26 +8,74 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 
+from gateway.auth.principal import Principal
 from gateway.db.engine import Database
 from gateway.db.tenants import TenantRecord, load_tenant
+
+@dataclass(slots=True)
+class _Entry:
+    loaded_at: float
+    record: TenantRecord | None
+    principals: dict[tuple[str, tuple[str, ...]], Principal] = field(default_factory=dict)
 
 
 class TenantDirectory:
     def __init__(self, db: Database, *, ttl_s: float) -> None:
         self._db = db
         self._ttl_s = ttl_s
-        self._entries: dict[str, tuple[float, TenantRecord | None]] = {}
-        self._loading: dict[str, asyncio.Future[TenantRecord | None]] = {}
+        self._entries: dict[str, _Entry] = {}
+        self._loading: dict[str, asyncio.Future[_Entry]] = {}
 
     async def get(self, tenant_id: str) -> TenantRecord | None:
+        return (await self._entry(tenant_id)).record
+
+    async def principal(self, tenant_id: str, user_id: str, roles: list[str]) -> Principal | None:
+        """The caller as the tenant's current policy sees them; None for an unknown tenant.
+
+        Principals are kept with the tenant's cache entry, so a client sending the same
+        token again costs a dictionary lookup, and a policy change is seen on the next load.
+        """
+        entry = self._fresh(tenant_id)
+        if entry is None:
+            entry = await self._entry(tenant_id)
+        if entry.record is None:
+            return None
+        key = (user_id, tuple(roles))
+        principal = entry.principals.get(key)
+        if principal is None:
+            role_set = frozenset(roles)
+            principal = Principal(
+                tenant_id=entry.record.id,
+                user_id=user_id,
+                roles=role_set,
+                permissions=self.permissions_for(entry.record, role_set),
+                tool_policies=entry.record.tool_policies,
+            )
+            if len(entry.principals) > 10_000:
+                entry.principals.clear()
+            entry.principals[key] = principal
+        return principal
+
+    def is_disabled(self, tenant_id: str) -> bool:
         entry = self._entries.get(tenant_id)
-        if entry is not None and time.monotonic() - entry[0] < self._ttl_s:
-            return entry[1]
+        return entry is not None and entry.record is not None and entry.record.disabled
+
+    def _fresh(self, tenant_id: str) -> _Entry | None:
+        entry = self._entries.get(tenant_id)
+        if entry is not None and time.monotonic() - entry.loaded_at < self._ttl_s:
+            return entry
+        return None
+
+    async def _entry(self, tenant_id: str) -> _Entry:
+        entry = self._fresh(tenant_id)
+        if entry is not None:
+            return entry
         pending = self._loading.get(tenant_id)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[TenantRecord | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
         self._loading[tenant_id] = future
         try:
             async with self._db.connect() as conn:
@@ -40,9 +88,10 @@ class TenantDirectory:
             self._loading.pop(tenant_id, None)
         if len(self._entries) > 10_000:
             self._entries.clear()
-        self._entries[tenant_id] = (time.monotonic(), record)
-        future.set_result(record)
-        return record
+        entry = _Entry(loaded_at=time.monotonic(), record=record)
+        self._entries[tenant_id] = entry
+        future.set_result(entry)
+        return entry
 
     def invalidate(self, tenant_id: str | None = None) -> None:
         if tenant_id is None:

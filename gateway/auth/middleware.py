@@ -7,9 +7,9 @@ from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
 from gateway.auth.directory import TenantDirectory
-from gateway.auth.principal import Principal
 from gateway.auth.tokens import InvalidToken, TokenVerifier
 from gateway.errors import ErrorCode, GatewayError
+from gateway.logging import bind_request
 
 log = structlog.get_logger("gateway.auth")
 
@@ -32,24 +32,20 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         state = connection.app.state
         verifier: TokenVerifier = state.token_verifier
         directory: TenantDirectory = state.tenant_directory
-        try:
-            claims = await verifier.verify(token.strip())
-        except InvalidToken as exc:
-            log.info("authentication_failed", reason=exc.reason)
-            raise unauthenticated() from None
-        tenant = await directory.get(claims.tenant_id)
-        if tenant is None:
+        token = token.strip()
+        claims = verifier.cached(token)
+        if claims is None:
+            try:
+                claims = await verifier.verify(token)
+            except InvalidToken as exc:
+                log.info("authentication_failed", reason=exc.reason)
+                raise unauthenticated() from None
+        principal = await directory.principal(claims.tenant_id, claims.sub, claims.roles)
+        if principal is None:
             log.info("authentication_failed", reason="unknown_tenant")
             raise unauthenticated()
-        if tenant.disabled:
-            log.info("tenant_disabled", tenant=tenant.id)
+        if directory.is_disabled(principal.tenant_id):
+            log.info("tenant_disabled", tenant=principal.tenant_id)
             raise GatewayError(ErrorCode.TENANT_DISABLED)
-        roles = frozenset(claims.roles)
-        principal = Principal(
-            tenant_id=tenant.id,
-            user_id=claims.sub,
-            roles=roles,
-            permissions=TenantDirectory.permissions_for(tenant, roles),
-        )
-        structlog.contextvars.bind_contextvars(tenant=principal.tenant_id, user=principal.user_id)
+        bind_request(tenant=principal.tenant_id, user=principal.user_id)
         return AuthenticationResult(user=principal, auth=None)

@@ -56,11 +56,14 @@ class Database:
     @asynccontextmanager
     async def driver(self) -> AsyncIterator[asyncpg.Connection]:
         """An asyncpg connection in autocommit (PostgreSQL only), for the hot path."""
-        pool = self._driver_pool or await self._open_driver_pool()
+        pool = await self.driver_pool()
         async with pool.acquire() as conn:
             yield conn
 
-    async def _open_driver_pool(self) -> asyncpg.Pool:
+    async def driver_pool(self) -> asyncpg.Pool:
+        """asyncpg's pool for the hot path, opened on first use."""
+        if self._driver_pool is not None:
+            return self._driver_pool
         async with self._driver_pool_lock:
             if self._driver_pool is None:
                 url = self.engine.url.set(drivername="postgresql")

@@ -128,9 +128,8 @@ class RunCallCount(Base):
 
     __tablename__ = "run_call_counts"
 
-    run_id: Mapped[str] = mapped_column(
-        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    # No foreign keys on the hot path's tables: see migration 0001.
+    run_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     call_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     count: Mapped[int] = mapped_column(sa.Integer)
 
@@ -141,9 +140,7 @@ class ToolCall(Base):
 
     __tablename__ = "tool_calls"
 
-    run_id: Mapped[str] = mapped_column(
-        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    run_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     tool_call_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(sa.String(64))
     tool: Mapped[str] = mapped_column(sa.String(128))
@@ -202,6 +199,21 @@ class AuditEvent(Base):
     __table_args__ = (
         sa.Index(None, "tenant_id", "id"),
         sa.Index(None, "tenant_id", "run_id"),
+        # The sealer's work list: only rows not yet linked into their tenant's chain.
+        sa.Index(
+            "ix_audit_events_unsealed",
+            "id",
+            postgresql_where=sa.text("chain_seq IS NULL"),
+            sqlite_where=sa.text("chain_seq IS NULL"),
+        ),
+        sa.Index(
+            "uq_audit_events_tenant_id_chain_seq",
+            "tenant_id",
+            "chain_seq",
+            unique=True,
+            postgresql_where=sa.text("chain_seq IS NOT NULL"),
+            sqlite_where=sa.text("chain_seq IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, sa.Identity(), primary_key=True)
@@ -220,3 +232,45 @@ class AuditEvent(Base):
     error_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JsonValue, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # Filled in by the sealer (gateway.audit.sealer), never on the request path.
+    chain_seq: Mapped[int | None] = mapped_column(BigIntId, nullable=True)
+    content_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    prev_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    chain_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+
+
+class AuditChain(Base):
+    """A tenant's chain: its head (the last sealed row) and its anchor (where it starts
+    after pruning: the chain hash of the last pruned row, or the genesis hash)."""
+
+    __tablename__ = "audit_chains"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    head_seq: Mapped[int] = mapped_column(BigIntId)
+    head_hash: Mapped[str] = mapped_column(sa.String(64))
+    anchor_seq: Mapped[int] = mapped_column(BigIntId)
+    anchor_hash: Mapped[str] = mapped_column(sa.String(64))
+    pruned_rows: Mapped[int] = mapped_column(BigIntId, server_default=sa.text("0"))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ToolPolicyRow(Base):
+    """A tenant's policy for one tool; a tool without a row has the default policy."""
+
+    __tablename__ = "tool_policies"
+    __table_args__ = (
+        sa.CheckConstraint("approval_mode IN ('never', 'mutating', 'always')", name="approval_mode"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    tool: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.true())
+    approval_mode: Mapped[str] = mapped_column(sa.String(16), server_default="mutating")
+    timeout_s: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
+    max_calls_per_run: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    max_result_bytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    allowed_roles: Mapped[list[str] | None] = mapped_column(JsonValue, nullable=True)
+    updated_by: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.db.models import Role, RolePermission, Tenant, User
+from gateway.db.policies import NO_POLICIES, TenantPolicies, load_policies
 from gateway.db.types import utcnow
 
 
@@ -20,6 +21,7 @@ class TenantRecord:
     max_repeats_per_call: int
     max_run_ttl_s: int
     role_permissions: dict[str, frozenset[str]]
+    tool_policies: TenantPolicies = field(default=NO_POLICIES)
     allow_client_tools: bool = False
     """The agent loop passes a request's own ``tools`` through to the model."""
     llm_provider: str | None = None
@@ -47,6 +49,7 @@ async def load_tenant(conn: AsyncConnection, *, tenant_id: str) -> TenantRecord 
         max_repeats_per_call=row["max_repeats_per_call"],
         max_run_ttl_s=row["max_run_ttl_s"],
         role_permissions={role: frozenset(p) for role, p in grants.items()},
+        tool_policies=await load_policies(conn, tenant_id=tenant_id),
         allow_client_tools=row["allow_client_tools"],
         llm_provider=row["llm_provider"],
     )

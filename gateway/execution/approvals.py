@@ -4,7 +4,8 @@ What is approved is the call as it was requested: tool, canonical arguments (che
 against their stored sha256), requester and roles, run and ``tool_call_id``. Approving
 first claims the approval (``pending → executing``) in its own committed transaction, so
 concurrent approvers, processes or retries cannot run it twice; the call then runs with
-the requester's identity, and its writes, its outcome and its audit row commit together.
+the requester's identity, under the tenant's current tool policy, and its writes, its
+outcome and its audit row commit together (``transactional.TransactionalCalls``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from gateway.auth.principal import Principal
 from gateway.db import approvals as q
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError
+from gateway.db.policies import NO_POLICIES
+from gateway.execution.checks import check_permission
 from gateway.execution.results import error_content
-from gateway.execution.runner import CallOutcome, new_error_id, run_tool
+from gateway.execution.runner import CallOutcome, new_error_id
+from gateway.execution.transactional import TransactionalCalls, failure
 from gateway.settings import Settings
-from gateway.tools.base import ArgumentsInvalid, ToolContext, sha256_hex
+from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, sha256_hex
 from gateway.tools.registry import ToolRegistry
 
 log = structlog.get_logger("gateway.approvals")
@@ -49,6 +53,7 @@ class ApprovalService:
         self._db = db
         self._registry = registry
         self._directory = directory
+        self._calls = TransactionalCalls(settings=settings, db=db)
 
     async def get(self, principal: Principal, approval_id: str) -> Any:
         async with self._db.connect() as conn:
@@ -142,55 +147,47 @@ class ApprovalService:
 
     async def _execute(self, row: Any, approver: Principal, *, request_id: str | None) -> None:
         """Run the frozen call as its requester; record outcome and audit with the call's own writes."""
+        requester = await self._requester(row)
+
+        async def record(conn: Any, outcome: CallOutcome) -> None:
+            await self._store_outcome(conn, row, approver, outcome, request_id=request_id)
+
+        refused, tool, decoded = self._prepare(row, requester)
+        if refused is not None:
+            outcome = await self._calls.record_only(refused, record)
+        else:
+            assert tool is not None and decoded is not None
+            outcome = await self._calls.run(
+                tool,
+                decoded,
+                principal=requester,
+                run_id=row.run_id,
+                tool_call_id=row.tool_call_id,
+                request_id=request_id,
+                record=record,
+                idempotency_key=idempotency_key_for(row.id),
+                log_fields={"approval_id": row.id},
+            )
+        log.info("approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome)
+
+    def _prepare(
+        self, row: Any, requester: Principal
+    ) -> tuple[CallOutcome | None, Tool | None, DecodedArguments | None]:
+        """The frozen call as it runs now: refused when the tool is gone, the arguments were
+        changed, or the requester (or the tenant's policy) no longer allows it."""
         tool = self._registry.get(row.tool)
         canonical = msgspec.json.encode(row.arguments, order="sorted")
-        requester = await self._requester(row)
-        outcome: CallOutcome | None = None
+        if tool is None:
+            return failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists."), None, None
+        if sha256_hex(canonical) != row.arguments_sha256:
+            return _unexpected("approval_arguments_tampered", approval_id=row.id), None, None
+        if not check_permission(requester, tool):
+            return failure(ErrorCode.PERMISSION_DENIED, "The requester may no longer use this tool."), None, None
         try:
-            async with self._db.begin() as conn:
-                if tool is None:
-                    outcome = _failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists.")
-                elif sha256_hex(canonical) != row.arguments_sha256:
-                    outcome = _unexpected("approval_arguments_tampered", approval_id=row.id)
-                elif tool.permission not in requester.permissions:
-                    outcome = _failure(ErrorCode.PERMISSION_DENIED, "The requester may no longer use this tool.")
-                else:
-                    try:
-                        decoded = tool.arguments.decode(canonical)
-                    except ArgumentsInvalid as exc:
-                        outcome = _failure(ErrorCode.INVALID_ARGUMENTS, exc.message)
-                    else:
-                        ctx = ToolContext(
-                            principal=requester,
-                            run_id=row.run_id,
-                            tool_call_id=row.tool_call_id,
-                            request_id=request_id,
-                            db=self._db,
-                            idempotency_key=idempotency_key_for(row.id),
-                            transaction=conn,
-                        )
-                        savepoint = await conn.begin_nested()
-                        outcome = await run_tool(
-                            tool,
-                            decoded,
-                            ctx,
-                            default_timeout_s=self._settings.tool_timeout_s,
-                            default_max_result_bytes=self._settings.tool_max_result_bytes,
-                        )
-                        if outcome.ok:
-                            await savepoint.commit()
-                        else:
-                            await savepoint.rollback()
-                await self._store_outcome(conn, row, approver, outcome, request_id=request_id)
-        except Exception:
-            # The call's writes are rolled back with the transaction; say so durably.
-            error_id = new_error_id()
-            log.exception("approval_execution_failed", approval_id=row.id, error_id=error_id)
-            failed = _failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
-            async with self._db.begin() as conn:
-                await self._store_outcome(conn, row, approver, failed, request_id=request_id)
-            return
-        log.info("approval_executed", approval_id=row.id, tool=row.tool, outcome=outcome.outcome)
+            decoded = tool.arguments.decode(canonical)
+        except ArgumentsInvalid as exc:
+            return failure(ErrorCode.INVALID_ARGUMENTS, exc.message), None, None
+        return None, requester.tool_policies.effective_tool(tool), decoded
 
     async def _store_outcome(
         self, conn: Any, row: Any, approver: Principal, outcome: CallOutcome, *, request_id: str | None
@@ -259,20 +256,19 @@ class ApprovalService:
         roles = frozenset(row.requester_roles)
         tenant = await self._directory.get(row.tenant_id)
         permissions = TenantDirectory.permissions_for(tenant, roles) if tenant is not None else frozenset()
-        return Principal(tenant_id=row.tenant_id, user_id=row.requester_id, roles=roles, permissions=permissions)
-
-
-def _failure(code: ErrorCode, message: str | None, *, error_id: str | None = None) -> CallOutcome:
-    return CallOutcome(
-        outcome=code.value, content=error_content(code, message, error_id=error_id), duration_ms=0.0,
-        error_id=error_id,
-    )
+        return Principal(
+            tenant_id=row.tenant_id,
+            user_id=row.requester_id,
+            roles=roles,
+            permissions=permissions,
+            tool_policies=tenant.tool_policies if tenant is not None else NO_POLICIES,
+        )
 
 
 def _unexpected(event: str, **fields: Any) -> CallOutcome:
     error_id = new_error_id()
     log.error(event, error_id=error_id, **fields)
-    return _failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
+    return failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
 
 
 def _now() -> datetime:

@@ -1,6 +1,8 @@
 """The per-call checks that need no database, in the order the model sees their codes:
-the tool exists (``TOOL_NOT_FOUND``), the caller's roles grant it (``PERMISSION_DENIED``),
-the arguments decode strictly against its schema (``INVALID_ARGUMENTS``).
+the tool exists (``TOOL_NOT_FOUND``), the caller's roles grant it and the tenant's policy
+lets them use it (``PERMISSION_DENIED``), the arguments decode strictly against its schema
+(``INVALID_ARGUMENTS``). The tenant's policy also decides whether the call needs approval,
+its timeout and result size, and its per-run cap (see ``gateway.execution.policy``).
 
 A call that fails one gets its outcome here; a call that passes becomes a ``CallPlan``
 that the ledger then counts against the run's budget and repeat limit.
@@ -11,8 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from gateway.auth.principal import Principal
 from gateway.errors import ErrorCode
+from gateway.execution.policy import is_visible, needs_approval, runs_in_transaction
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.results import error_content
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, call_hash, sha256_hex
@@ -25,16 +30,27 @@ class CallPlan:
     tool: Tool | None
     arguments: DecodedArguments | None
     arguments_sha256: str
-    audit_arguments: dict[str, Any] | None
+    audit_arguments: Any
+    """JSON-ready: a dict, or the canonical arguments as ``msgspec.Raw`` when nothing needs redacting."""
     call_hash: str | None = None
     rejected: ErrorCode | None = None
     rejection_content: str | None = None
     needs_approval: bool = False
     approval_id: str | None = None
+    tool_call_cap: int | None = None
+    """The tenant's per-run cap on calls of this tool: the ledger counts admitted calls per
+    (run, tool) and answers ``BUDGET_EXCEEDED`` past it. ``None``: no cap."""
+    transactional: bool = False
+    """Changes data without approval: must run in one transaction with its outcome and audit row."""
 
     @property
     def id(self) -> str:
         return self.request.id
+
+    def audit_arguments_value(self) -> Any:
+        """The audit arguments as plain Python values (for SQLAlchemy's JSON columns)."""
+        value = self.audit_arguments
+        return msgspec.json.decode(value) if isinstance(value, msgspec.Raw) else value
 
 
 def _reject(request: ToolCallRequest, tool: Tool | None, code: ErrorCode, message: str | None = None) -> CallPlan:
@@ -55,7 +71,8 @@ def check_tool_exists(registry: ToolRegistry, request: ToolCallRequest) -> Tool 
 
 
 def check_permission(principal: Principal, tool: Tool) -> bool:
-    return tool.permission in principal.permissions
+    policy = principal.tool_policies.for_tool(tool.name)
+    return is_visible(tool, policy, permissions=principal.permissions, roles=principal.roles)
 
 
 def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
@@ -73,12 +90,17 @@ def plan_call(registry: ToolRegistry, principal: Principal, request: ToolCallReq
         decoded = decode_arguments(tool, request)
     except ArgumentsInvalid as exc:
         return _reject(request, tool, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for {tool.name!r}: {exc.message}")
+    policies = principal.tool_policies
+    policy = policies.for_tool(tool.name)
     return CallPlan(
         request=request,
-        tool=tool,
+        # The tenant's timeout and maximum result size, when its policy sets them.
+        tool=policies.effective_tool(tool),
         arguments=decoded,
         arguments_sha256=sha256_hex(decoded.canonical),
-        audit_arguments=tool.redact(decoded.as_dict),
+        audit_arguments=tool.audit_arguments(decoded),
         call_hash=call_hash(tool.name, decoded.canonical),
-        needs_approval=tool.mutates,
+        needs_approval=needs_approval(tool, policy),
+        tool_call_cap=policy.max_calls_per_run,
+        transactional=runs_in_transaction(tool, policy),
     )

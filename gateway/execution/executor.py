@@ -7,7 +7,9 @@ The order of the guards, as the model sees their codes, is visible here and nowh
 3. per call, one atomic database step for the whole batch: replays of known ids, ``RUN_EXPIRED``,
    ``BUDGET_EXCEEDED`` → ``REPEATED_CALL`` → ``APPROVAL_REQUIRED`` — ledger.py
 4. execution, concurrently, each under its timeout: ``TOOL_TIMEOUT``, business codes,
-   ``TOOL_EXECUTION_FAILED``, results capped in size — runner.py
+   ``TOOL_EXECUTION_FAILED``, results capped in size — runner.py (a ``local`` tool, one
+   that does no I/O, runs inline: a timeout cannot interrupt it and there is nothing to
+   overlap)
 5. outcomes and audit rows stored in one statement — ledger.py
 """
 
@@ -28,8 +30,9 @@ from gateway.execution.ledger import Admission, FinishedCall, Ledger, RunNotFoun
 from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, run_tool
+from gateway.execution.transactional import TransactionalCalls
 from gateway.settings import Settings
-from gateway.tools.base import ToolContext
+from gateway.tools.base import Tool, ToolContext
 from gateway.tools.registry import ToolRegistry
 
 log = structlog.get_logger("gateway.execution")
@@ -49,6 +52,7 @@ class ToolExecutor:
         self._db = db
         self._registry = registry
         self._ledger = ledger
+        self._transactional = TransactionalCalls(settings=settings, db=db)
 
     async def execute_body(
         self, principal: Principal, run_id: str, body: bytes, *, request_id: str | None
@@ -86,15 +90,11 @@ class ToolExecutor:
         except RunNotFound:
             raise GatewayError(ErrorCode.NOT_FOUND, "No such run.") from None
 
-        to_run = [(plan, adm) for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
-        outcomes: dict[str, CallOutcome] = {}
-        if len(to_run) == 1:
-            plan, _ = to_run[0]
-            outcomes[plan.id] = await self._run(principal, run_id, plan, request_id)
-        elif to_run:
-            results = await asyncio.gather(*(self._run(principal, run_id, plan, request_id) for plan, _ in to_run))
-            outcomes = {plan.id: outcome for (plan, _), outcome in zip(to_run, results, strict=True)}
-        if outcomes:
+        to_run = [plan for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
+        outcomes = await self._run_all(principal, run_id, to_run, request_id) if to_run else {}
+        # A call that changes data without approval recorded itself with its writes.
+        to_record = [plan for plan in to_run if not plan.transactional]
+        if to_record:
             finished = [
                 FinishedCall(
                     plan=plan,
@@ -103,7 +103,7 @@ class ToolExecutor:
                     duration_ms=outcomes[plan.id].duration_ms,
                     error_id=outcomes[plan.id].error_id,
                 )
-                for plan, _ in to_run
+                for plan in to_record
             ]
             await self._ledger.record(principal, run_id, finished, request_id=request_id, now=datetime.now(UTC))
 
@@ -128,8 +128,33 @@ class ToolExecutor:
             )
         return messages
 
+    async def _run_all(
+        self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None
+    ) -> dict[str, CallOutcome]:
+        """Run the admitted calls of a batch concurrently: calls that wait on I/O as tasks,
+        local ones (no I/O, so nothing to overlap) inline while the tasks wait."""
+        waiting = [plan for plan in plans if not _tool(plan).local]
+        outcomes: dict[str, CallOutcome] = {}
+        if len(waiting) == 1 and len(plans) == 1:
+            outcomes[waiting[0].id] = await self._run(principal, run_id, waiting[0], request_id)
+            return outcomes
+        tasks = [asyncio.ensure_future(self._run(principal, run_id, plan, request_id)) for plan in waiting]
+        try:
+            for plan in plans:
+                if _tool(plan).local:
+                    outcomes[plan.id] = await self._run(principal, run_id, plan, request_id)
+            if tasks:
+                for plan, outcome in zip(waiting, await asyncio.gather(*tasks), strict=True):
+                    outcomes[plan.id] = outcome
+        finally:
+            for task in tasks:
+                task.cancel()
+        return outcomes
+
     async def _run(self, principal: Principal, run_id: str, plan: CallPlan, request_id: str | None) -> CallOutcome:
         assert plan.tool is not None and plan.arguments is not None
+        if plan.transactional:
+            return await self._transactional.run_plan(principal, run_id, plan, request_id=request_id)
         ctx = ToolContext(
             principal=principal, run_id=run_id, tool_call_id=plan.id, request_id=request_id, db=self._db
         )
@@ -140,6 +165,11 @@ class ToolExecutor:
             default_timeout_s=self._settings.tool_timeout_s,
             default_max_result_bytes=self._settings.tool_max_result_bytes,
         )
+
+
+def _tool(plan: CallPlan) -> Tool:
+    assert plan.tool is not None
+    return plan.tool
 
 
 def content_of(admission: Admission) -> str:

@@ -33,7 +33,7 @@ from gateway.db.engine import Database
 from gateway.db.models import Approval, AuditEvent, Run, RunCallCount, ToolCall
 from gateway.errors import ErrorCode
 from gateway.execution.checks import CallPlan
-from gateway.execution.results import LEDGER_CONTENTS
+from gateway.execution.results import LEDGER_CONTENTS, TOOL_BUDGET_EXCEEDED
 
 OK = "OK"
 
@@ -131,6 +131,8 @@ def _call_payload(plan: CallPlan) -> dict[str, Any]:
         payload["needs_approval"] = plan.needs_approval
         payload["approval_id"] = plan.approval_id
         payload["arguments"] = msgspec.Raw(plan.arguments.canonical)
+        if plan.tool_call_cap is not None:
+            payload["tool_cap"] = plan.tool_call_cap
     return payload
 
 
@@ -165,8 +167,10 @@ class PostgresLedger(Ledger):
 
     def __init__(self, db: Database, *, approval_ttl: timedelta) -> None:
         super().__init__(db, approval_ttl=approval_ttl)
-        self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(self._admit_many)
-        self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(self._record_many)
+        self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(
+            self._admit_many, pool=db.driver_pool
+        )
+        self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(self._record_many, pool=db.driver_pool)
 
     async def admit(
         self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
@@ -186,7 +190,7 @@ class PostgresLedger(Ledger):
         await self._admissions.close()
         await self._records.close()
 
-    async def _admit_many(self, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
+    async def _admit_many(self, conn: Any, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
         # Runs are locked in the order given: sorting by run id keeps every statement's order the same.
         order = sorted(range(len(items)), key=lambda i: items[i].run_id)
         batches = [
@@ -201,10 +205,7 @@ class PostgresLedger(Ledger):
             }
             for i in order
         ]
-        async with self._db.driver() as driver:
-            rows = await driver.fetch(
-                self.ADMIT, datetime.now(UTC), self._encoder.encode(batches).decode(), self._contents
-            )
+        rows = await conn.fetch(self.ADMIT, datetime.now(UTC), self._encoder.encode(batches).decode(), self._contents)
         grouped: list[list[Admission] | None] = [[] for _ in items]
         for row in rows:
             position = order[row[0]]
@@ -216,7 +217,7 @@ class PostgresLedger(Ledger):
                 admissions.append(Admission(*row[1:]))
         return grouped
 
-    async def _record_many(self, items: Sequence[_RecordItem]) -> list[None]:
+    async def _record_many(self, conn: Any, items: Sequence[_RecordItem]) -> list[None]:
         rows = self._encoder.encode(
             [
                 {
@@ -237,8 +238,7 @@ class PostgresLedger(Ledger):
                 for f in item.finished
             ]
         ).decode()
-        async with self._db.driver() as driver:
-            await driver.execute(self.RECORD, datetime.now(UTC), rows)
+        await conn.execute(self.RECORD, datetime.now(UTC), rows)
         return [None] * len(items)
 
 
@@ -338,8 +338,13 @@ class SqliteLedger(Ledger):
             code, content = ErrorCode.BUDGET_EXCEEDED.value, LEDGER_CONTENTS[ErrorCode.BUDGET_EXCEEDED.value]
         else:
             used += 1
-            count = await self._count_repeat(conn, run.id, plan.call_hash or "")
-            if count > run.max_repeats:
+            count = await self._count(conn, run.id, plan.call_hash or "")
+            tool_count = (
+                await self._count(conn, run.id, "tool:" + plan.request.name) if plan.tool_call_cap is not None else 0
+            )
+            if plan.tool_call_cap is not None and tool_count > plan.tool_call_cap:
+                code, content = ErrorCode.BUDGET_EXCEEDED.value, LEDGER_CONTENTS[TOOL_BUDGET_EXCEEDED]
+            elif count > run.max_repeats:
                 code, content = ErrorCode.REPEATED_CALL.value, LEDGER_CONTENTS[ErrorCode.REPEATED_CALL.value]
             elif plan.needs_approval:
                 assert plan.arguments is not None and plan.approval_id is not None
@@ -380,7 +385,7 @@ class SqliteLedger(Ledger):
         return Admission(tool_call_id=plan.id, decision="decided", outcome=code, content=content), used
 
     @staticmethod
-    async def _count_repeat(conn: AsyncConnection, run_id: str, call_hash: str) -> int:
+    async def _count(conn: AsyncConnection, run_id: str, call_hash: str) -> int:
         updated = await conn.execute(
             sa.update(_counts)
             .where(_counts.c.run_id == run_id, _counts.c.call_hash == call_hash)
@@ -442,7 +447,7 @@ def _audit_row(
         "run_id": run_id,
         "tool_call_id": plan.id,
         "tool": plan.request.name,
-        "arguments": plan.audit_arguments,
+        "arguments": plan.audit_arguments_value(),
         "arguments_sha256": plan.arguments_sha256,
         "outcome": outcome,
         "duration_ms": duration_ms,

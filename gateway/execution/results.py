@@ -75,3 +75,8 @@ LEDGER_CONTENTS: dict[str, str] = {
     code.value: error_content(code)
     for code in (ErrorCode.RUN_EXPIRED, ErrorCode.BUDGET_EXCEEDED, ErrorCode.REPEATED_CALL)
 }
+TOOL_BUDGET_EXCEEDED = "TOOL_BUDGET_EXCEEDED"
+"""The key of the content answered when a tool's own per-run cap is used up (code BUDGET_EXCEEDED)."""
+LEDGER_CONTENTS[TOOL_BUDGET_EXCEEDED] = error_content(
+    ErrorCode.BUDGET_EXCEEDED, "This tool's call limit for this run is used up."
+)

@@ -53,8 +53,11 @@ async def run_tool(
     timeout_s = tool.timeout_s or default_timeout_s
     started = time.perf_counter()
     try:
-        async with asyncio.timeout(timeout_s):
+        if tool.local:
             result = await tool.handler(ctx, arguments.value)
+        else:
+            async with asyncio.timeout(timeout_s):
+                result = await tool.handler(ctx, arguments.value)
         content = encode_result(result, max_bytes=tool.max_result_bytes or default_max_result_bytes)
     except ToolError as exc:
         return CallOutcome(

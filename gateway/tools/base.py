@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -38,7 +38,6 @@ class DecodedArguments:
     """What the handler receives (a Struct for built-in tools)."""
     canonical: bytes
     """Canonical JSON (sorted keys, defaults filled in): what repeats and approvals compare."""
-    as_dict: dict[str, Any]
 
 
 class ArgumentCodec(Protocol):
@@ -74,9 +73,7 @@ class StructArguments:
             raise ArgumentsInvalid(_safe_validation_message(str(exc), self._sensitive)) from None
         except msgspec.DecodeError:
             raise ArgumentsInvalid("Arguments must be a JSON object.") from None
-        as_dict = msgspec.structs.asdict(value)
-        canonical = msgspec.json.encode(as_dict, order="sorted")
-        return DecodedArguments(value=value, canonical=canonical, as_dict=as_dict)
+        return DecodedArguments(value=value, canonical=msgspec.json.encode(value, order="sorted"))
 
 
 def _safe_validation_message(message: str, sensitive: frozenset[str]) -> str:
@@ -124,7 +121,6 @@ class ToolContext:
     idempotency_key: str | None = None
     transaction: AsyncConnection | None = None
     """Set when the call runs inside the transaction that will also record its outcome."""
-    extras: Mapping[str, Any] = field(default_factory=dict)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:
@@ -158,6 +154,8 @@ class Tool:
     timeout_s: float | None = None
     max_result_bytes: int | None = None
     sensitive_fields: frozenset[str] = frozenset()
+    local: bool = False
+    """The handler does no I/O (pure computation): it runs inline, without a timeout task."""
 
     def openai_definition(self) -> dict[str, Any]:
         return {
@@ -171,6 +169,12 @@ class Tool:
 
     def redact(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         return {k: (REDACTED if k in self.sensitive_fields else v) for k, v in arguments.items()}
+
+    def audit_arguments(self, decoded: DecodedArguments) -> Any:
+        """What the audit keeps of the arguments: the canonical JSON, sensitive fields redacted."""
+        if not self.sensitive_fields:
+            return msgspec.Raw(decoded.canonical)
+        return self.redact(msgspec.json.decode(decoded.canonical))
 
 
 def call_hash(tool_name: str, canonical_arguments: bytes) -> str:
@@ -192,6 +196,7 @@ def struct_tool(
     timeout_s: float | None = None,
     max_result_bytes: int | None = None,
     sensitive_fields: frozenset[str] = frozenset(),
+    local: bool = False,
 ) -> Callable[[Handler], Tool]:
     """Declare a tool from a handler and its argument Struct."""
 
@@ -206,6 +211,7 @@ def struct_tool(
             timeout_s=timeout_s,
             max_result_bytes=max_result_bytes,
             sensitive_fields=sensitive_fields,
+            local=local,
         )
 
     return wrap

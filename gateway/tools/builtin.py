@@ -120,12 +120,20 @@ async def delete_article(ctx: ToolContext, args: ArticleRef) -> object:
 
 
 
-@struct_tool(name="add", description="Add two integers.", arguments=TwoIntegers, permission=CALCULATOR_USE)
+@struct_tool(
+    name="add", description="Add two integers.", arguments=TwoIntegers, permission=CALCULATOR_USE, local=True
+)
 async def add(ctx: ToolContext, args: TwoIntegers) -> object:
     return CalculatorService().add(args.a, args.b)
 
 
-@struct_tool(name="multiply", description="Multiply two integers.", arguments=TwoIntegers, permission=CALCULATOR_USE)
+@struct_tool(
+    name="multiply",
+    description="Multiply two integers.",
+    arguments=TwoIntegers,
+    permission=CALCULATOR_USE,
+    local=True,
+)
 async def multiply(ctx: ToolContext, args: TwoIntegers) -> object:
     return CalculatorService().multiply(args.a, args.b)
 
@@ -135,6 +143,7 @@ async def multiply(ctx: ToolContext, args: TwoIntegers) -> object:
     description="Divide the integer a by the integer b. Dividing by zero is an error.",
     arguments=TwoIntegers,
     permission=CALCULATOR_USE,
+    local=True,
 )
 async def divide(ctx: ToolContext, args: TwoIntegers) -> object:
     return CalculatorService().divide(args.a, args.b)
@@ -147,6 +156,7 @@ async def divide(ctx: ToolContext, args: TwoIntegers) -> object:
     description="The current date and time in UTC.",
     arguments=NoArguments,
     permission=TIME_READ,
+    local=True,
 )
 async def get_current_time(ctx: ToolContext, args: NoArguments) -> object:
     return ClockService().current_time()

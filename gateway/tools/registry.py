@@ -6,13 +6,15 @@ from collections.abc import Iterable
 
 import msgspec
 
+from gateway.db.policies import NO_POLICIES, TenantPolicies
+from gateway.execution.policy import is_visible
 from gateway.tools.base import Tool
 
 
 class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
-        self._definitions_cache: dict[frozenset[str], bytes] = {}
+        self._definitions_cache: dict[tuple[str, ...], bytes] = {}
         for tool in tools:
             self.register(tool)
 
@@ -33,17 +35,35 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def visible_to(self, permissions: frozenset[str]) -> list[Tool]:
-        """The tools these permissions grant, sorted by name: a model is never offered what it may not call."""
-        return [tool for tool in self if tool.permission in permissions]
+    def visible_to(
+        self,
+        permissions: frozenset[str],
+        *,
+        roles: frozenset[str] = frozenset(),
+        policies: TenantPolicies = NO_POLICIES,
+    ) -> list[Tool]:
+        """The tools these permissions grant and the tenant's policies let these roles use,
+        sorted by name: a model is never offered what it may not call."""
+        return [
+            tool
+            for tool in self
+            if is_visible(tool, policies.for_tool(tool.name), permissions=permissions, roles=roles)
+        ]
 
-    def definitions_json(self, permissions: frozenset[str]) -> bytes:
-        """``{"tools": [...]}`` in the OpenAI format, identical byte for byte for equal permissions."""
-        cached = self._definitions_cache.get(permissions)
+    def definitions_json(
+        self,
+        permissions: frozenset[str],
+        *,
+        roles: frozenset[str] = frozenset(),
+        policies: TenantPolicies = NO_POLICIES,
+    ) -> bytes:
+        """``{"tools": [...]}`` in the OpenAI format, identical byte for byte for the same visible tools."""
+        visible = self.visible_to(permissions, roles=roles, policies=policies)
+        key = tuple(tool.name for tool in visible)
+        cached = self._definitions_cache.get(key)
         if cached is None:
-            payload = {"tools": [tool.openai_definition() for tool in self.visible_to(permissions)]}
-            cached = msgspec.json.encode(payload)
+            cached = msgspec.json.encode({"tools": [tool.openai_definition() for tool in visible]})
             if len(self._definitions_cache) > 1024:
                 self._definitions_cache.clear()
-            self._definitions_cache[permissions] = cached
+            self._definitions_cache[key] = cached
         return cached

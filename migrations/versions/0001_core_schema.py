@@ -83,7 +83,9 @@ def upgrade() -> None:
         sa.Column("run_id", sa.String(40), nullable=False),
         sa.Column("call_hash", sa.String(64), nullable=False),
         sa.Column("count", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name="fk_run_call_counts_run_id_runs", ondelete="CASCADE"),
+        # No foreign key to runs, here and on tool_calls: rows are written only by the ledger
+        # while it holds the run's lock, and a referential check per call was a measurable
+        # share of the hot path's database time.
         sa.PrimaryKeyConstraint("run_id", "call_hash", name="pk_run_call_counts"),
     )
     op.create_table(
@@ -98,7 +100,6 @@ def upgrade() -> None:
         sa.Column("approval_id", sa.String(40), nullable=True),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("finished_at", TIMESTAMP, nullable=True),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name="fk_tool_calls_run_id_runs", ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id", "tool_call_id", name="pk_tool_calls"),
     )
     op.create_table(

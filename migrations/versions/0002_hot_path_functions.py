@@ -3,8 +3,8 @@
 ``gateway_admit_calls`` takes the batches of several concurrent requests (each: one run
 and its calls) and does for each, under the run's row lock and in one statement: find the
 run (tenant and user scoped), answer replays of known tool_call_ids from what is stored,
-and for each new call store the pre-decided outcome, or count it against the budget and
-the repeat limit, create its approval, or mark it executing; every outcome decided here
+and for each new call store the pre-decided outcome, or count it against the budget, the
+tool's own cap (counted under the key 'tool:<name>') and the repeat limit, create its approval, or mark it executing; every outcome decided here
 gets its audit row in the same transaction. The logic mirrors ``gateway.execution.ledger.SqliteLedger``;
 the ledger tests run the same cases against both.
 
@@ -52,6 +52,8 @@ DECLARE
     v_id text;
     v_code text;
     v_count integer;
+    v_tool_count integer;
+    v_content_key text;
     v_used integer;
     v_existing tool_calls%ROWTYPE;
     v_approval_status text;
@@ -118,6 +120,7 @@ BEGIN
             END IF;
 
             v_code := v_call->>'code';
+            v_content_key := NULL;
             IF v_code IS NULL THEN
                 IF v_run.expires_at IS NOT NULL AND v_run.expires_at <= p_now THEN
                     v_code := 'RUN_EXPIRED';
@@ -129,7 +132,17 @@ BEGIN
                     VALUES (v_run_id, v_call->>'call_hash', 1)
                     ON CONFLICT (run_id, call_hash) DO UPDATE SET count = c.count + 1
                     RETURNING c.count INTO v_count;
-                    IF v_count > v_run.max_repeats THEN
+                    v_tool_count := 0;
+                    IF v_call->>'tool_cap' IS NOT NULL THEN
+                        INSERT INTO run_call_counts AS c (run_id, call_hash, count)
+                        VALUES (v_run_id, 'tool:' || (v_call->>'tool'), 1)
+                        ON CONFLICT (run_id, call_hash) DO UPDATE SET count = c.count + 1
+                        RETURNING c.count INTO v_tool_count;
+                    END IF;
+                    IF v_call->>'tool_cap' IS NOT NULL AND v_tool_count > (v_call->>'tool_cap')::integer THEN
+                        v_code := 'BUDGET_EXCEEDED';
+                        v_content_key := 'TOOL_BUDGET_EXCEEDED';
+                    ELSIF v_count > v_run.max_repeats THEN
                         v_code := 'REPEATED_CALL';
                     ELSIF (v_call->>'needs_approval')::boolean THEN
                         o_approval_id := v_call->>'approval_id';
@@ -160,7 +173,7 @@ BEGIN
                         CONTINUE;
                     END IF;
                 END IF;
-                o_content := p_contents->>v_code;
+                o_content := p_contents->>coalesce(v_content_key, v_code);
             ELSE
                 o_content := v_call->>'content';
             END IF;

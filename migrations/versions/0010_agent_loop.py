@@ -9,7 +9,7 @@
   ``llm_provider`` (the tenant is pinned to that provider).
 
 Revision ID: 0010
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-30
 """
 
@@ -22,7 +22,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0010"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

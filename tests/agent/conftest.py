@@ -22,7 +22,7 @@ from gateway.tools.builtin import CALCULATOR_USE, NoArguments, builtin_tools
 from gateway.tools.registry import ToolRegistry
 from tests.conftest import make_settings, seeded
 from tests.support.scripted_model import ScriptedModel
-from tests.support.servers import serve
+from tests.support.loopback import serve
 from tests.support.tokens import auth_for
 
 LEAKY_SECRET = "postgresql://admin:hunter2@db.internal:5432/prod"

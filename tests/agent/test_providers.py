@@ -11,7 +11,7 @@ from gateway.settings import LlmProvider
 from tests.agent.conftest import agent_settings, decoded, running_gateway
 from tests.conftest import make_settings
 from tests.support.scripted_model import ScriptedModel, Turn, call, ollama_turn, openai_turn
-from tests.support.servers import serve
+from tests.support.loopback import serve
 from tests.support.tokens import auth_for
 
 

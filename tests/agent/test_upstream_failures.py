@@ -6,7 +6,7 @@ import pytest
 
 from tests.agent.conftest import agent_settings, running_gateway
 from tests.support.scripted_model import Turn, openai_turn
-from tests.support.servers import closed_port
+from tests.support.loopback import closed_port
 
 API_KEY = "sk-upstream-key-that-must-never-leak-0123456789"
 

@@ -1,0 +1,106 @@
+"""Operator commands (CLI only, no HTTP surface): tenants and the audit chain.
+
+    gateway tenants create SLUG [--name NAME]
+    gateway tenants list
+    gateway tenants disable SLUG | enable SLUG
+    gateway audit seal
+    gateway audit verify --tenant T
+    gateway audit prune --older-than 90d [--tenant T]
+
+Changes to a tenant are audited in its own chain (user ``operator:cli``). A disabled
+tenant's tokens get ``403 TENANT_DISABLED``, on every gateway process within
+``GATEWAY_POLICY_CACHE_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from gateway.admin.service import append_admin_audit
+from gateway.audit.prune import prune
+from gateway.audit.sealer import AuditSealer
+from gateway.audit.verify import verify_chain
+from gateway.db.engine import Database
+from gateway.db.models import Tenant
+from gateway.db.roles import lock_tenant
+from gateway.db.tenants import create_tenant, ensure_role
+from gateway.demo import ADMIN
+
+OPERATOR = "operator:cli"
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+tenants = Tenant.__table__
+
+
+class OperatorError(Exception):
+    """A command that cannot be carried out; the message says why."""
+
+
+async def create(db: Database, slug: str, name: str | None) -> str:
+    if not SLUG.match(slug):
+        raise OperatorError(f"{slug!r} is not a valid tenant slug (lower-case letters, digits and '-', at most 64)")
+    async with db.begin() as conn:
+        if not await create_tenant(conn, tenant_id=slug, name=name or slug):
+            raise OperatorError(f"tenant {slug!r} already exists")
+        await ensure_role(
+            conn, tenant_id=slug, name="admin",
+            description="Administers the tenant: roles, tool policies, caps, approvals and the audit.",
+            permissions=ADMIN,
+        )
+        await append_admin_audit(
+            conn, tenant_id=slug, user_id=OPERATOR, action="tenant.create", target=f"tenant:{slug}", before=None,
+            after={"id": slug, "name": name or slug, "roles": ["admin"]}, request_id=None,
+        )
+    return f"created tenant {slug} with an `admin` role ({', '.join(sorted(ADMIN))})"
+
+
+async def list_all(db: Database) -> str:
+    async with db.connect() as conn:
+        rows = (await conn.execute(sa.select(tenants).order_by(tenants.c.id))).all()
+    lines = [f"{'slug':<24} {'state':<9} {'max calls/run':>13} {'max repeats':>11} {'max run ttl s':>13}  name"]
+    for row in rows:
+        state = "disabled" if row.disabled else "enabled"
+        lines.append(
+            f"{row.id:<24} {state:<9} {row.max_tool_calls_per_run:>13} {row.max_repeats_per_call:>11} "
+            f"{row.max_run_ttl_s:>13}  {row.name}"
+        )
+    return "\n".join(lines)
+
+
+async def set_disabled(db: Database, slug: str, disabled: bool) -> str:
+    async with db.begin() as conn:
+        if not await lock_tenant(conn, tenant_id=slug):
+            raise OperatorError(f"no tenant {slug!r}")
+        before = bool(await conn.scalar(sa.select(tenants.c.disabled).where(tenants.c.id == slug)))
+        if before != disabled:
+            await conn.execute(sa.update(tenants).where(tenants.c.id == slug).values(disabled=disabled))
+            await append_admin_audit(
+                conn, tenant_id=slug, user_id=OPERATOR, action="tenant.disable" if disabled else "tenant.enable",
+                target=f"tenant:{slug}", before={"disabled": before}, after={"disabled": disabled}, request_id=None,
+            )
+    return f"tenant {slug} is {'disabled' if disabled else 'enabled'}"
+
+
+async def seal(db: Database) -> str:
+    sealed = await AuditSealer(db).seal_pending(wait=True)
+    return f"sealed {sealed} audit row(s)"
+
+
+async def verify(db: Database, tenant_id: str) -> tuple[bool, str]:
+    async with db.connect() as conn:
+        if await conn.scalar(sa.select(tenants.c.id).where(tenants.c.id == tenant_id)) is None:
+            raise OperatorError(f"no tenant {tenant_id!r}")
+        report = await verify_chain(conn, tenant_id=tenant_id)
+    return report.ok, report.describe()
+
+
+async def prune_older_than(db: Database, age: timedelta, tenant_id: str | None) -> str:
+    results = await prune(db, older_than=age, tenant_id=tenant_id)
+    if not results:
+        return "nothing to prune: no sealed audit rows"
+    return "\n".join(
+        f"tenant {r.tenant_id}: removed {r.removed_rows} row(s); the chain now starts after position {r.anchor_seq}"
+        for r in results
+    )

@@ -1,0 +1,265 @@
+"""Tenant administration API: roles → permissions, tool policies, the tenant's caps.
+
+Each route needs its permission (``roles:manage``, ``tools:manage``, ``tenants:manage``)
+and acts on the caller's tenant only: another tenant's roles are simply not found.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from litestar import Controller, Request, delete, get, patch, post, put
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, JSONBody
+
+from gateway.admin.service import (
+    ROLES_MANAGE,
+    TENANTS_MANAGE,
+    TOOLS_MANAGE,
+    TenantAdmin,
+    TenantState,
+    ToolPolicyState,
+)
+from gateway.api.context import request_id_of
+from gateway.api.dependencies import principal_of
+from gateway.api.openapi import error_responses
+from gateway.auth.guards import requires_permission
+from gateway.db.policies import ApprovalMode, ToolPolicy
+from gateway.db.roles import RoleRecord
+
+RoleName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="A role's name.")]
+Permission = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[a-z][a-z0-9_.-]{0,62}:[a-z0-9_.*-]{1,63}$",
+        description="A permission, `area:action` (e.g. `articles:read`).",
+    ),
+]
+
+
+class Input(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class RoleCreate(Input, kw_only=True, forbid_unknown_fields=True):
+    name: RoleName
+    description: Annotated[str, msgspec.Meta(max_length=500)] = ""
+    permissions: Annotated[list[Permission], msgspec.Meta(max_length=200)]
+
+
+class RoleUpdate(Input, kw_only=True, forbid_unknown_fields=True):
+    """Replaces the role's permissions (and its description, when given)."""
+
+    description: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    permissions: Annotated[list[Permission], msgspec.Meta(max_length=200)]
+
+
+class RoleView(msgspec.Struct):
+    name: str
+    description: str
+    permissions: list[str]
+
+
+class RoleList(msgspec.Struct):
+    items: list[RoleView]
+
+
+class ToolPolicyIn(Input, kw_only=True, forbid_unknown_fields=True):
+    """The whole policy: a field left out takes its default."""
+
+    enabled: bool = True
+    approval_mode: Literal["never", "mutating", "always"] = "mutating"
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] | None = None
+    max_calls_per_run: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
+    max_result_bytes: Annotated[int, msgspec.Meta(ge=64, le=10_485_760)] | None = None
+    allowed_roles: Annotated[list[RoleName], msgspec.Meta(max_length=200)] | None = None
+
+
+class ToolPolicyOut(msgspec.Struct):
+    enabled: bool
+    approval_mode: str
+    timeout_s: float | None
+    max_calls_per_run: int | None
+    max_result_bytes: int | None
+    allowed_roles: list[str] | None
+
+
+class ToolPolicyView(msgspec.Struct):
+    tool: str
+    permission: str
+    mutates: bool
+    customised: bool
+    """False: the tool has the default policy."""
+    policy: ToolPolicyOut
+    effective_timeout_s: float | None
+    effective_max_result_bytes: int | None
+
+
+class ToolPolicyList(msgspec.Struct):
+    items: list[ToolPolicyView]
+
+
+class TenantCapsIn(Input, kw_only=True, forbid_unknown_fields=True):
+    """Caps on the limits of the tenant's new runs; a field left out is unchanged."""
+
+    max_tool_calls_per_run: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
+    max_repeats_per_call: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
+    max_run_ttl_s: Annotated[int, msgspec.Meta(ge=60, le=31_536_000)] | None = None
+
+
+class TenantCaps(msgspec.Struct):
+    max_tool_calls_per_run: int
+    max_repeats_per_call: int
+    max_run_ttl_s: int
+
+
+class TenantView(msgspec.Struct):
+    id: str
+    name: str
+    disabled: bool
+    caps: TenantCaps
+
+
+def provide_admin(state: State) -> TenantAdmin:
+    return state.tenant_admin
+
+
+def role_view(role: RoleRecord) -> RoleView:
+    return RoleView(name=role.name, description=role.description, permissions=list(role.permissions))
+
+
+def policy_view(state: ToolPolicyState) -> ToolPolicyView:
+    policy, tool = state.policy, state.tool
+    return ToolPolicyView(
+        tool=tool.name,
+        permission=tool.permission,
+        mutates=tool.mutates,
+        customised=state.customised,
+        policy=msgspec.convert(policy.as_dict(), ToolPolicyOut),
+        effective_timeout_s=policy.timeout_s if policy.timeout_s is not None else tool.timeout_s,
+        effective_max_result_bytes=(
+            policy.max_result_bytes if policy.max_result_bytes is not None else tool.max_result_bytes
+        ),
+    )
+
+
+def tenant_view(state: TenantState) -> TenantView:
+    return TenantView(id=state.id, name=state.name, disabled=state.disabled, caps=TenantCaps(**state.caps))
+
+
+_deps = {"admin": Provide(provide_admin, sync_to_thread=False)}
+
+
+class RoleAdminController(Controller):
+    path = "/v1/admin/roles"
+    tags = ["admin"]
+    guards = [requires_permission(ROLES_MANAGE)]
+    dependencies = _deps
+
+    @get("/", summary="List the tenant's roles", responses=error_responses(401, 403, 503))
+    async def list_roles(self, request: Request, admin: NamedDependency[TenantAdmin]) -> RoleList:
+        """Every role with the permissions it grants, sorted by name."""
+        return RoleList(items=[role_view(r) for r in await admin.list_roles(principal_of(request))])
+
+    @post("/", status_code=201, summary="Create a role", responses=error_responses(400, 401, 403, 409, 503))
+    async def create_role(
+        self, request: Request, admin: NamedDependency[TenantAdmin], data: JSONBody[RoleCreate]
+    ) -> RoleView:
+        """A new role and the permissions it grants; `409 CONFLICT` when the name is taken."""
+        role = await admin.create_role(
+            principal_of(request), name=data.name, description=data.description, permissions=data.permissions,
+            request_id=request_id_of(request.scope),
+        )
+        return role_view(role)
+
+    @get("/{name:str}", summary="Read a role", responses=error_responses(401, 403, 404, 503))
+    async def get_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: FromPath[str]) -> RoleView:
+        """A role of the caller's tenant (another tenant's is not found)."""
+        return role_view(await admin.get_role(principal_of(request), name))
+
+    @put("/{name:str}", summary="Change a role", responses=error_responses(400, 401, 403, 404, 409, 503))
+    async def replace_role(
+        self, request: Request, admin: NamedDependency[TenantAdmin], name: FromPath[str], data: JSONBody[RoleUpdate]
+    ) -> RoleView:
+        """Replaces its permissions (and description, when given). A change that would take
+        `roles:manage` away from the caller's own roles is `409 CONFLICT`."""
+        role = await admin.replace_role(
+            principal_of(request), name, description=data.description, permissions=data.permissions,
+            request_id=request_id_of(request.scope),
+        )
+        return role_view(role)
+
+    @delete("/{name:str}", status_code=204, summary="Delete a role", responses=error_responses(401, 403, 404, 409, 503))
+    async def delete_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: FromPath[str]) -> None:
+        """Tokens naming the role keep working but it grants nothing any more."""
+        await admin.delete_role(principal_of(request), name, request_id=request_id_of(request.scope))
+
+
+class ToolPolicyAdminController(Controller):
+    path = "/v1/admin/tools"
+    tags = ["admin"]
+    guards = [requires_permission(TOOLS_MANAGE)]
+    dependencies = _deps
+
+    @get("/", summary="List every tool with the tenant's policy", responses=error_responses(401, 403, 503))
+    async def list_policies(self, request: Request, admin: NamedDependency[TenantAdmin]) -> ToolPolicyList:
+        """Every tool the gateway has, disabled ones included, with the policy in force."""
+        return ToolPolicyList(items=[policy_view(s) for s in await admin.list_tool_policies(principal_of(request))])
+
+    @get("/{tool:str}", summary="Read a tool's policy", responses=error_responses(401, 403, 404, 503))
+    async def get_policy(
+        self, request: Request, admin: NamedDependency[TenantAdmin], tool: FromPath[str]
+    ) -> ToolPolicyView:
+        """The tenant's policy for one tool (the default when none was set)."""
+        return policy_view(await admin.get_tool_policy(principal_of(request), tool))
+
+    @put("/{tool:str}", summary="Set a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
+    async def put_policy(
+        self, request: Request, admin: NamedDependency[TenantAdmin], tool: FromPath[str], data: JSONBody[ToolPolicyIn]
+    ) -> ToolPolicyView:
+        """Replaces the tool's policy; `GET /v1/tools` and execution follow it at once."""
+        policy = ToolPolicy(
+            enabled=data.enabled,
+            approval_mode=ApprovalMode(data.approval_mode),
+            timeout_s=data.timeout_s,
+            max_calls_per_run=data.max_calls_per_run,
+            max_result_bytes=data.max_result_bytes,
+            allowed_roles=frozenset(data.allowed_roles) if data.allowed_roles is not None else None,
+        )
+        state = await admin.put_tool_policy(
+            principal_of(request), tool, policy, request_id=request_id_of(request.scope)
+        )
+        return policy_view(state)
+
+    @delete("/{tool:str}", status_code=200, summary="Reset a tool's policy", responses=error_responses(401, 403, 404, 503))
+    async def reset_policy(
+        self, request: Request, admin: NamedDependency[TenantAdmin], tool: FromPath[str]
+    ) -> ToolPolicyView:
+        """Back to the default policy."""
+        return policy_view(
+            await admin.reset_tool_policy(principal_of(request), tool, request_id=request_id_of(request.scope))
+        )
+
+
+class TenantAdminController(Controller):
+    path = "/v1/admin/tenant"
+    tags = ["admin"]
+    guards = [requires_permission(TENANTS_MANAGE)]
+    dependencies = _deps
+
+    @get("/", summary="Read the tenant and its caps", responses=error_responses(401, 403, 503))
+    async def get_tenant(self, request: Request, admin: NamedDependency[TenantAdmin]) -> TenantView:
+        """The caller's tenant: name, state and the caps on its runs' limits."""
+        return tenant_view(await admin.get_tenant(principal_of(request)))
+
+    @patch("/", summary="Change the tenant's caps", responses=error_responses(400, 401, 403, 503))
+    async def update_caps(
+        self, request: Request, admin: NamedDependency[TenantAdmin], data: JSONBody[TenantCapsIn]
+    ) -> TenantView:
+        """Caps apply to runs created from now on (new runs' limits are clamped by them)."""
+        caps = {name: getattr(data, name) for name in TenantCapsIn.__struct_fields__ if getattr(data, name) is not None}
+        return tenant_view(
+            await admin.update_caps(principal_of(request), caps, request_id=request_id_of(request.scope))
+        )

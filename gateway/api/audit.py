@@ -1,0 +1,161 @@
+"""The audit API: a tenant's audit rows, filtered and paged (newest first), and their export."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.params import QueryParameter
+from litestar.response import Stream
+
+from gateway.api.dependencies import principal_of
+from gateway.api.openapi import error_responses
+from gateway.audit.export import FORMATS, export_chunks
+from gateway.audit.queries import AuditFilters, page
+from gateway.auth.guards import requires_permission
+from gateway.db.engine import Database
+from gateway.errors import ErrorCode, GatewayError
+
+AUDIT_READ = "audit:read"
+
+
+class AuditItem(msgspec.Struct):
+    id: int
+    created_at: datetime
+    kind: str
+    """``tool_call``, ``tool_call_replay``, ``protocol_rejection``, ``approval_decision``, ``admin_change``, ..."""
+    user_id: str | None
+    run_id: str | None
+    tool_call_id: str | None
+    tool: str | None
+    arguments: Any
+    """The call's arguments with sensitive fields redacted (an admin change: none)."""
+    arguments_sha256: str | None
+    outcome: str
+    duration_ms: float | None
+    approval_id: str | None
+    request_id: str | None
+    error_id: str | None
+    detail: Any
+    """For an admin change: ``{"action", "target", "before", "after"}``."""
+    chain_seq: int | None
+    """Position in the tenant's hash chain; ``null`` until the sealer links the row."""
+    content_hash: str | None
+    prev_hash: str | None
+    chain_hash: str | None
+
+
+class AuditPage(msgspec.Struct):
+    items: list[AuditItem]
+    next_cursor: str | None = None
+
+
+def provide_db(state: State) -> Database:
+    return state.db
+
+
+def _cursor(row_id: int) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode({"before": row_id})).decode().rstrip("=")
+
+
+def _before(cursor: str | None) -> int | None:
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = msgspec.json.decode(raw, type=dict[str, int])["before"]
+    except (binascii.Error, ValueError, KeyError, msgspec.DecodeError):
+        raise GatewayError(ErrorCode.INVALID_REQUEST, "The cursor is not one this API gave out.") from None
+    return value
+
+
+def _aware(name: str, value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise GatewayError(ErrorCode.INVALID_REQUEST, f"{name} must carry a time zone (e.g. 2026-01-31T00:00:00Z).")
+    return value.astimezone(UTC)
+
+
+def _filters(
+    user: str | None, tool: str | None, outcome: str | None, run: str | None, approval: str | None,
+    since: datetime | None, until: datetime | None,
+) -> AuditFilters:
+    return AuditFilters(
+        user=user, tool=tool, outcome=outcome, run=run, approval=approval,
+        since=_aware("since", since), until=_aware("until", until),
+    )
+
+
+def _item(row: Any) -> AuditItem:
+    return AuditItem(**{name: getattr(row, name) for name in AuditItem.__struct_fields__})
+
+
+Text = Annotated[str | None, QueryParameter(max_length=200)]
+
+
+class AuditController(Controller):
+    path = "/v1/admin/audit"
+    tags = ["audit"]
+    guards = [requires_permission(AUDIT_READ)]
+    dependencies = {"db": Provide(provide_db, sync_to_thread=False)}
+
+    @get("/", summary="List the tenant's audit rows", responses=error_responses(400, 401, 403, 503))
+    async def list_audit(
+        self,
+        request: Request,
+        db: NamedDependency[Database],
+        user: Text = None,
+        tool: Text = None,
+        outcome: Text = None,
+        run: Text = None,
+        approval: Text = None,
+        since: Annotated[datetime | None, QueryParameter(description="Rows at or after this time (ISO 8601 with zone)")] = None,
+        until: Annotated[datetime | None, QueryParameter(description="Rows before this time (ISO 8601 with zone)")] = None,
+        limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, QueryParameter(max_length=200)] = None,
+    ) -> AuditPage:
+        """Newest first; pass `next_cursor` back as `cursor` for the next page (none on the last page)."""
+        principal = principal_of(request)
+        filters = _filters(user, tool, outcome, run, approval, since, until)
+        async with db.connect() as conn:
+            rows, more = await page(
+                conn, tenant_id=principal.tenant_id, filters=filters, limit=limit, before_id=_before(cursor)
+            )
+        return AuditPage(items=[_item(row) for row in rows], next_cursor=_cursor(rows[-1].id) if more else None)
+
+    @get(
+        "/export",
+        summary="Export the tenant's audit rows (JSON Lines or CSV)",
+        responses=error_responses(400, 401, 403, 503),
+    )
+    async def export_audit(
+        self,
+        request: Request,
+        db: NamedDependency[Database],
+        format: Annotated[str, QueryParameter(description="jsonl or csv")] = "jsonl",
+        user: Text = None,
+        tool: Text = None,
+        outcome: Text = None,
+        run: Text = None,
+        approval: Text = None,
+        since: Annotated[datetime | None, QueryParameter(description="Rows at or after this time")] = None,
+        until: Annotated[datetime | None, QueryParameter(description="Rows before this time")] = None,
+    ) -> Stream:
+        """Streams every matching row, newest first, without holding them in memory."""
+        if format not in FORMATS:
+            raise GatewayError(ErrorCode.INVALID_REQUEST, "format must be jsonl or csv.")
+        principal = principal_of(request)
+        filters = _filters(user, tool, outcome, run, approval, since, until)
+        filename = f"audit-{principal.tenant_id}.{format}"
+        return Stream(
+            export_chunks(db, tenant_id=principal.tenant_id, filters=filters, fmt=format),
+            media_type=FORMATS[format],
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )

@@ -1,0 +1,75 @@
+"""The audit hash chain: the canonical content of a row, and how rows link.
+
+Defined here once, in Python, for the sealer and ``audit verify`` alike:
+
+- ``content_hash`` = sha256 of the row's canonical content: a JSON object (sorted keys,
+  no whitespace) of every column that says what happened — id, tenant, kind, user, run,
+  tool_call_id, tool, the (redacted) arguments and their sha256, outcome, duration,
+  approval id, request id, error id, detail and time.
+- ``chain_hash`` = sha256 of ``"<chain_seq>:<prev_hash>:<content_hash>"``; ``prev_hash`` of
+  a row is the ``chain_hash`` of the row before it in its tenant's chain, and of the first
+  row the tenant's genesis hash (or, after pruning, the stored anchor).
+
+Changing any covered column changes the content hash; deleting, inserting or reordering
+sealed rows breaks the link of the row after; cutting the tail is caught by the chain
+head the sealer stores in ``audit_chains``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.db.models import AuditEvent
+
+audit_events = AuditEvent.__table__
+
+CANONICAL_FIELDS: tuple[str, ...] = (
+    "id",
+    "tenant_id",
+    "kind",
+    "user_id",
+    "run_id",
+    "tool_call_id",
+    "tool",
+    "arguments",
+    "arguments_sha256",
+    "outcome",
+    "duration_ms",
+    "approval_id",
+    "request_id",
+    "error_id",
+    "detail",
+    "created_at",
+)
+"""Every column of ``audit_events`` except the chain's own (a test keeps this complete)."""
+
+CHAIN_FIELDS: tuple[str, ...] = ("chain_seq", "content_hash", "prev_hash", "chain_hash")
+
+CANONICAL_COLUMNS = tuple(audit_events.c[name] for name in CANONICAL_FIELDS)
+
+
+def _time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def canonical_content(row: Any) -> bytes:
+    """The bytes a row's content hash covers; ``row`` has the ``CANONICAL_FIELDS`` as attributes."""
+    content = {name: getattr(row, name) for name in CANONICAL_FIELDS}
+    content["created_at"] = _time(content["created_at"])
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def content_hash(row: Any) -> str:
+    return hashlib.sha256(canonical_content(row)).hexdigest()
+
+
+def link_hash(chain_seq: int, prev_hash: str, content: str) -> str:
+    return hashlib.sha256(f"{chain_seq}:{prev_hash}:{content}".encode()).hexdigest()
+
+
+def genesis_hash(tenant_id: str) -> str:
+    """What the first row of a tenant's chain points back to."""
+    return hashlib.sha256(f"gateway-audit-genesis:{tenant_id}".encode()).hexdigest()

@@ -1,0 +1,85 @@
+"""Tenant-scoped reads of the audit: filters, keyset pages (newest first), and a stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.audit.chain import audit_events
+from gateway.db.engine import Database
+
+EXPORT_COLUMNS: tuple[str, ...] = (
+    "id", "created_at", "kind", "user_id", "run_id", "tool_call_id", "tool", "arguments", "arguments_sha256",
+    "outcome", "duration_ms", "approval_id", "request_id", "error_id", "detail",
+    "chain_seq", "content_hash", "prev_hash", "chain_hash",
+)
+_columns = tuple(audit_events.c[name] for name in EXPORT_COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilters:
+    user: str | None = None
+    tool: str | None = None
+    outcome: str | None = None
+    run: str | None = None
+    approval: str | None = None
+    since: datetime | None = None
+    """Rows at or after this time."""
+    until: datetime | None = None
+    """Rows before this time."""
+
+
+def select_rows(tenant_id: str, filters: AuditFilters, *, before_id: int | None = None) -> sa.Select[Any]:
+    """The tenant's rows matching ``filters``, newest (highest id) first."""
+    c = audit_events.c
+    stmt = sa.select(*_columns).where(c.tenant_id == tenant_id)
+    for column, value in (
+        (c.user_id, filters.user),
+        (c.tool, filters.tool),
+        (c.outcome, filters.outcome),
+        (c.run_id, filters.run),
+        (c.approval_id, filters.approval),
+    ):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    if filters.since is not None:
+        stmt = stmt.where(c.created_at >= filters.since)
+    if filters.until is not None:
+        stmt = stmt.where(c.created_at < filters.until)
+    if before_id is not None:
+        stmt = stmt.where(c.id < before_id)
+    return stmt.order_by(c.id.desc())
+
+
+async def page(
+    conn: AsyncConnection, *, tenant_id: str, filters: AuditFilters, limit: int, before_id: int | None
+) -> tuple[list[Any], bool]:
+    """One page of ``limit`` rows and whether more follow."""
+    rows = list((await conn.execute(select_rows(tenant_id, filters, before_id=before_id).limit(limit + 1))).all())
+    return rows[:limit], len(rows) > limit
+
+
+async def stream_rows(
+    db: Database, *, tenant_id: str, filters: AuditFilters, chunk_rows: int = 1000
+) -> AsyncIterator[list[Any]]:
+    """The matching rows in chunks, through a server-side cursor on a connection of its own.
+
+    The request's own connection is gone once the response starts, so this one is opened
+    here and closed when the stream ends, fails or the client disconnects (the close is
+    shielded from the cancellation that a disconnect brings)."""
+    conn = await db.engine.connect()
+    try:
+        result = await conn.stream(
+            select_rows(tenant_id, filters).execution_options(yield_per=chunk_rows)
+        )
+        async for rows in result.partitions(chunk_rows):
+            yield rows
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()

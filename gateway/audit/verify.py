@@ -1,0 +1,118 @@
+"""``gateway audit verify``: walk a tenant's chain and name the first broken row.
+
+Checks, for every sealed row in chain order (read in keyset chunks, never all at once):
+its position follows the previous one with no gap, its content still hashes to its
+``content_hash``, its ``prev_hash`` is the previous row's chain hash (the stored anchor
+for the first kept row), and its ``chain_hash`` links the two. The last row must be the
+head the sealer stored. Rows not sealed yet are counted and reported, not judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, content_hash, genesis_hash, link_hash
+from gateway.audit.sealer import audit_chains
+
+CHUNK = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    tenant_id: str
+    verified_rows: int
+    unsealed_rows: int
+    anchor_seq: int
+    head_seq: int
+    broken_row_id: int | None = None
+    broken_seq: int | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    def describe(self) -> str:
+        unsealed = f"{self.unsealed_rows} row(s) not sealed yet"
+        if self.ok:
+            span = (
+                f"chain positions {self.anchor_seq + 1}..{self.head_seq}" if self.verified_rows else "no sealed rows"
+            )
+            return f"tenant {self.tenant_id}: OK, {self.verified_rows} sealed row(s) verified ({span}); {unsealed}"
+        where = f"row id {self.broken_row_id}" if self.broken_row_id is not None else "the chain head"
+        seq = f" (chain position {self.broken_seq})" if self.broken_seq is not None else ""
+        return (
+            f"tenant {self.tenant_id}: BROKEN at {where}{seq}: {self.reason}; "
+            f"{self.verified_rows} row(s) before it verified; {unsealed}"
+        )
+
+
+async def verify_chain(conn: AsyncConnection, *, tenant_id: str) -> VerifyReport:
+    unsealed = int(
+        await conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(audit_events)
+            .where(audit_events.c.tenant_id == tenant_id, audit_events.c.chain_seq.is_(None))
+        )
+        or 0
+    )
+    chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).first()
+    if chain is None:
+        anchor_seq, anchor_hash, head_seq, head_hash = 0, genesis_hash(tenant_id), 0, genesis_hash(tenant_id)
+    else:
+        anchor_seq, anchor_hash = chain.anchor_seq, chain.anchor_hash
+        head_seq, head_hash = chain.head_seq, chain.head_hash
+
+    def broken(row_id: int | None, seq: int | None, reason: str, verified: int) -> VerifyReport:
+        return VerifyReport(
+            tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq,
+            head_seq=head_seq, broken_row_id=row_id, broken_seq=seq, reason=reason,
+        )
+
+    expected_seq, prev = anchor_seq + 1, anchor_hash
+    verified = 0
+    after: int | None = None
+    columns = (*CANONICAL_COLUMNS, audit_events.c.chain_seq, audit_events.c.content_hash,
+               audit_events.c.prev_hash, audit_events.c.chain_hash)
+    while True:
+        stmt = sa.select(*columns).where(
+            audit_events.c.tenant_id == tenant_id, audit_events.c.chain_seq.is_not(None)
+        )
+        if after is not None:
+            stmt = stmt.where(audit_events.c.chain_seq > after)
+        rows = (await conn.execute(stmt.order_by(audit_events.c.chain_seq).limit(CHUNK))).all()
+        for row in rows:
+            if row.chain_seq != expected_seq:
+                reason = (
+                    f"expected chain position {expected_seq}, found {row.chain_seq} "
+                    "(rows before it are missing)" if row.chain_seq > expected_seq
+                    else f"chain position {row.chain_seq} precedes the anchor at {anchor_seq}"
+                )
+                return broken(row.id, row.chain_seq, reason, verified)
+            if content_hash(row) != row.content_hash:
+                return broken(row.id, row.chain_seq, "its content does not match its content hash", verified)
+            if row.prev_hash != prev:
+                return broken(row.id, row.chain_seq, "its previous-row hash does not match the row before it", verified)
+            if link_hash(row.chain_seq, prev, row.content_hash) != row.chain_hash:
+                return broken(row.id, row.chain_seq, "its chain hash does not link its content to the row before it",
+                              verified)
+            prev = row.chain_hash
+            expected_seq += 1
+            verified += 1
+        if len(rows) < CHUNK:
+            break
+        after = rows[-1].chain_seq
+    last_seq = expected_seq - 1
+    if last_seq != head_seq or prev != head_hash:
+        return broken(
+            None, head_seq,
+            f"the chain ends at position {last_seq} but the sealed head is at {head_seq} (rows at the end are missing)"
+            if last_seq < head_seq else "the last row does not match the sealed head",
+            verified,
+        )
+    return VerifyReport(
+        tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq, head_seq=head_seq
+    )

@@ -1,0 +1,139 @@
+"""A tool call that runs inside one transaction with its recorded outcome and audit row.
+
+Used for calls of tools that change data: an approved call (``approvals.py``), and a call
+the tenant's policy admits without approval (``CallPlan.transactional``). The handler gets
+the transaction through ``ToolContext.transaction``; its writes are kept only when it
+succeeds (a savepoint), and the outcome and audit row commit with them. If anything fails
+around the call (recording it included), the transaction rolls back, the call's writes
+with it, and the failure is recorded durably in a transaction of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.auth.principal import Principal
+from gateway.db import approvals as q
+from gateway.db.engine import Database
+from gateway.errors import ErrorCode
+from gateway.execution.results import error_content
+from gateway.execution.runner import CallOutcome, new_error_id, run_tool
+from gateway.settings import Settings
+from gateway.tools.base import DecodedArguments, Tool, ToolContext
+
+log = structlog.get_logger("gateway.execution")
+
+Recorder = Callable[[AsyncConnection, CallOutcome], Awaitable[None]]
+"""Stores the call's outcome and audit row on the call's own transaction."""
+
+
+def failure(code: ErrorCode, message: str | None, *, error_id: str | None = None) -> CallOutcome:
+    return CallOutcome(
+        outcome=code.value, content=error_content(code, message, error_id=error_id), duration_ms=0.0,
+        error_id=error_id,
+    )
+
+
+class TransactionalCalls:
+    def __init__(self, *, settings: Settings, db: Database) -> None:
+        self._settings = settings
+        self._db = db
+
+    async def record_only(self, outcome: CallOutcome, record: Recorder) -> CallOutcome:
+        """A call decided without running (refused at execution time): record it."""
+        async with self._db.begin() as conn:
+            await record(conn, outcome)
+        return outcome
+
+    async def run(
+        self,
+        tool: Tool,
+        arguments: DecodedArguments,
+        *,
+        principal: Principal,
+        run_id: str,
+        tool_call_id: str,
+        request_id: str | None,
+        record: Recorder,
+        idempotency_key: str | None = None,
+        log_fields: dict[str, Any] | None = None,
+    ) -> CallOutcome:
+        try:
+            async with self._db.begin() as conn:
+                ctx = ToolContext(
+                    principal=principal,
+                    run_id=run_id,
+                    tool_call_id=tool_call_id,
+                    request_id=request_id,
+                    db=self._db,
+                    idempotency_key=idempotency_key,
+                    transaction=conn,
+                )
+                savepoint = await conn.begin_nested()
+                outcome = await run_tool(
+                    tool,
+                    arguments,
+                    ctx,
+                    default_timeout_s=self._settings.tool_timeout_s,
+                    default_max_result_bytes=self._settings.tool_max_result_bytes,
+                )
+                if outcome.ok:
+                    await savepoint.commit()
+                else:
+                    await savepoint.rollback()
+                await record(conn, outcome)
+        except Exception:
+            # The call's writes are rolled back with the transaction; say so durably.
+            error_id = new_error_id()
+            log.exception("transactional_call_failed", tool=tool.name, tool_call_id=tool_call_id, run=run_id,
+                          error_id=error_id, **(log_fields or {}))
+            failed = failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
+            async with self._db.begin() as conn:
+                await record(conn, failed)
+            return failed
+        return outcome
+
+    async def run_plan(
+        self, principal: Principal, run_id: str, plan: Any, *, request_id: str | None
+    ) -> CallOutcome:
+        """Run a ``CallPlan`` the ledger admitted (``plan.transactional``): its writes, its
+        stored outcome (answered to replays) and its audit row commit together. The caller
+        must not record it again."""
+        assert plan.tool is not None and plan.arguments is not None
+
+        async def record(conn: AsyncConnection, outcome: CallOutcome) -> None:
+            now = datetime.now(UTC)
+            await q.store_call_outcome(
+                conn, run_id=run_id, tool_call_id=plan.id, outcome=outcome.outcome, content=outcome.content, now=now
+            )
+            await q.append_audit(
+                conn,
+                tenant_id=principal.tenant_id,
+                kind="tool_call",
+                user_id=principal.user_id,
+                run_id=run_id,
+                tool_call_id=plan.id,
+                tool=plan.request.name,
+                arguments=plan.audit_arguments_value(),
+                arguments_sha256=plan.arguments_sha256,
+                outcome=outcome.outcome,
+                duration_ms=outcome.duration_ms,
+                request_id=request_id,
+                error_id=outcome.error_id,
+                created_at=now,
+            )
+
+        return await self.run(
+            plan.tool,
+            plan.arguments,
+            principal=principal,
+            run_id=run_id,
+            tool_call_id=plan.id,
+            request_id=request_id,
+            record=record,
+        )

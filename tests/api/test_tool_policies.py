@@ -1,0 +1,197 @@
+"""A tenant's tool policy shapes GET /v1/tools and execution at once (both backends)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.tools.base import Tool, ToolContext, struct_tool
+from gateway.tools.builtin import builtin_tools
+from gateway.tools.registry import ToolRegistry
+from tests.conftest import make_settings, seeded
+from tests.support.calls import call_tools, error_code, new_run, set_policy, tool_call, tool_names
+from tests.support.tokens import auth_for
+
+
+class Nothing(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+@struct_tool(name="slow_report", description="Takes its time.", arguments=Nothing, permission="time:read")
+async def slow_report(ctx: ToolContext, args: Nothing) -> object:
+    await asyncio.sleep(5)
+    return "done"
+
+
+@pytest.fixture
+async def policy_client(database_url: str) -> AsyncIterator[AsyncTestClient]:
+    await seeded(database_url)
+    registry = ToolRegistry([*builtin_tools(), slow_report])
+    app = create_app(make_settings(database_url, audit_seal_interval_s=0), registry=registry)
+    async with AsyncTestClient(app=app) as client:
+        yield client
+
+
+async def test_disabled_tool_is_not_listed_and_its_calls_are_permission_denied(policy_client):
+    assert "add" in await tool_names(policy_client)
+    await set_policy(policy_client, "add", {"enabled": False})
+
+    assert "add" not in await tool_names(policy_client)
+    run = await new_run(policy_client)
+    [content] = await call_tools(policy_client, run, [tool_call("add", {"a": 1, "b": 2})])
+    assert error_code(content) == "PERMISSION_DENIED"
+    assert "properties" not in json.dumps(content)  # the schema is not revealed
+
+
+async def test_a_policy_in_one_tenant_leaves_the_other_tenant_alone(policy_client):
+    await set_policy(policy_client, "add", {"enabled": False}, tenant="acme")
+    assert "add" in await tool_names(policy_client, tenant="globex")
+
+
+async def test_allowed_roles_narrow_who_sees_and_calls_the_tool(policy_client):
+    await set_policy(policy_client, "multiply", {"allowed_roles": ["admin"]})
+
+    assert "multiply" not in await tool_names(policy_client, "alice")
+    assert "multiply" in await tool_names(policy_client, "carol")
+    alice_run = await new_run(policy_client, "alice")
+    carol_run = await new_run(policy_client, "carol")
+    [denied] = await call_tools(policy_client, alice_run, [tool_call("multiply", {"a": 2, "b": 3})], "alice")
+    [allowed] = await call_tools(policy_client, carol_run, [tool_call("multiply", {"a": 2, "b": 3})], "carol")
+    assert error_code(denied) == "PERMISSION_DENIED"
+    assert allowed == {"ok": True, "result": 6}
+
+
+async def test_allowed_roles_never_grant_a_tool_the_roles_permissions_do_not(policy_client):
+    await set_policy(policy_client, "create_article", {"allowed_roles": ["member"]})
+    assert "create_article" not in await tool_names(policy_client, "alice")
+
+
+async def test_approval_mode_always_holds_back_a_read_only_tool(policy_client):
+    await set_policy(policy_client, "add", {"approval_mode": "always"})
+    run = await new_run(policy_client)
+    [content] = await call_tools(policy_client, run, [tool_call("add", {"a": 1, "b": 2})])
+    assert error_code(content) == "APPROVAL_REQUIRED"
+    assert content["error"]["approval_id"].startswith("apr_")
+
+
+async def test_approval_mode_never_runs_a_mutating_tool_at_once(policy_client):
+    await set_policy(policy_client, "create_article", {"approval_mode": "never"})
+    run = await new_run(policy_client, "bob")
+    [content] = await call_tools(
+        policy_client, run, [tool_call("create_article", {"title": "Now", "body": "No wait."})], "bob"
+    )
+    assert content["ok"] is True, content
+    article_id = content["result"]["id"]
+    [read] = await call_tools(policy_client, run, [tool_call("get_article", {"article_id": article_id})], "bob")
+    assert read["result"]["title"] == "Now"
+
+
+async def test_default_mode_still_needs_approval_for_mutating_tools(policy_client):
+    run = await new_run(policy_client, "bob")
+    [content] = await call_tools(policy_client, run, [tool_call("create_article", {"title": "T", "body": "B"})], "bob")
+    assert error_code(content) == "APPROVAL_REQUIRED"
+
+
+async def test_policy_timeout_replaces_the_tools_timeout(policy_client):
+    await set_policy(policy_client, "slow_report", {"timeout_s": 0.2})
+    run = await new_run(policy_client)
+    [content] = await call_tools(policy_client, run, [tool_call("slow_report")])
+    assert error_code(content) == "TOOL_TIMEOUT"
+    assert "0.2 s" in content["error"]["message"]
+
+
+async def test_policy_max_result_bytes_truncates_the_result(policy_client):
+    await set_policy(policy_client, "search_articles", {"max_result_bytes": 64})
+    run = await new_run(policy_client)
+    [content] = await call_tools(policy_client, run, [tool_call("search_articles", {"query": "e"})])
+    assert content["ok"] is True
+    assert content["truncated"] is True
+    assert content["original_bytes"] > 64
+
+
+async def test_per_run_call_cap_of_a_tool_answers_budget_exceeded_past_it(policy_client):
+    """Needs the ledger to count calls per (run, tool) against CallPlan.tool_call_cap."""
+    await set_policy(policy_client, "add", {"max_calls_per_run": 2})
+    run = await new_run(policy_client)
+    contents = await call_tools(
+        policy_client, run, [tool_call("add", {"a": i, "b": 1}) for i in range(3)]
+        + [tool_call("multiply", {"a": 2, "b": 2})],
+    )
+    assert [error_code(c) for c in contents] == [None, None, "BUDGET_EXCEEDED", None]
+
+
+async def test_a_reset_policy_is_the_default_again(policy_client):
+    await set_policy(policy_client, "add", {"enabled": False})
+    response = await policy_client.delete("/v1/admin/tools/add", headers=auth_for("carol"))
+    assert response.status_code == 200
+    assert response.json()["customised"] is False
+    assert "add" in await tool_names(policy_client)
+
+
+async def test_policy_admin_lists_every_tool_with_its_policy(policy_client):
+    await set_policy(policy_client, "add", {"enabled": False, "timeout_s": 3})
+    response = await policy_client.get("/v1/admin/tools", headers=auth_for("carol"))
+    assert response.status_code == 200
+    items = {item["tool"]: item for item in response.json()["items"]}
+    assert items["add"]["customised"] is True
+    assert items["add"]["policy"]["enabled"] is False
+    assert items["add"]["effective_timeout_s"] == 3
+    assert items["create_article"]["policy"]["approval_mode"] == "mutating"
+    assert items["create_article"]["customised"] is False
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"approval_mode": "sometimes"},
+        {"timeout_s": 0},
+        {"max_calls_per_run": 0},
+        {"allowed_roles": ["no spaces allowed"]},
+        {"enabled": True, "surprise": 1},
+    ],
+)
+async def test_invalid_policies_are_refused(policy_client, body: dict[str, Any]):
+    response = await policy_client.put("/v1/admin/tools/add", json=body, headers=auth_for("carol"))
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "INVALID_REQUEST"
+
+
+async def test_policy_of_an_unknown_tool_is_not_found(policy_client):
+    response = await policy_client.put("/v1/admin/tools/no_such_tool", json={}, headers=auth_for("carol"))
+    assert response.status_code == 404
+
+
+async def test_tool_policies_need_tools_manage(policy_client):
+    for method, body in (("GET", None), ("PUT", {"enabled": False})):
+        response = await policy_client.request(method, "/v1/admin/tools/add", json=body, headers=auth_for("bob"))
+        assert response.status_code == 403
+        assert response.json()["error"]["code"] == "FORBIDDEN"
+    assert "add" in await tool_names(policy_client, "bob")
+
+
+async def test_a_policy_change_is_audited_with_who_before_and_after(policy_client):
+    await set_policy(policy_client, "add", {"enabled": False})
+    response = await policy_client.get("/v1/admin/audit", params={"tool": "add"}, headers=auth_for("carol"))
+    [row] = [item for item in response.json()["items"] if item["kind"] == "admin_change"]
+    assert row["user_id"] == "carol"
+    assert row["detail"]["action"] == "tool_policy.update"
+    assert row["detail"]["before"]["enabled"] is True
+    assert row["detail"]["after"]["enabled"] is False
+    assert row["request_id"]
+
+
+async def test_an_approved_call_honours_a_tool_disabled_since_the_request(policy_client):
+    run = await new_run(policy_client, "bob")
+    [held] = await call_tools(policy_client, run, [tool_call("create_article", {"title": "T", "body": "B"})], "bob")
+    await set_policy(policy_client, "create_article", {"enabled": False})
+    approval_id = held["error"]["approval_id"]
+    response = await policy_client.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol"))
+    assert response.status_code == 200
+    assert response.json()["outcome"]["code"] == "PERMISSION_DENIED"

@@ -1,0 +1,259 @@
+"""The audit hash chain: sealing, verification, tampering, retention (both backends)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.audit.chain import CANONICAL_FIELDS, CHAIN_FIELDS, audit_events, content_hash
+from gateway.audit.prune import parse_age, prune
+from gateway.audit.sealer import AuditSealer
+from gateway.audit.verify import VerifyReport, verify_chain
+from gateway.db.engine import Database
+from gateway.settings import Settings
+from tests.conftest import seeded
+from tests.support.servers import run_cli
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    await seeded(database_url)
+    database = Database.from_settings(Settings(database_url=database_url))
+    yield database
+    await database.dispose()
+
+
+def _row(tenant: str = "acme", n: int = 0, **overrides: Any) -> dict[str, Any]:
+    row = {
+        "tenant_id": tenant, "kind": "tool_call", "user_id": "alice", "run_id": f"run_{n % 3}",
+        "tool_call_id": f"call_{n}", "tool": "add", "arguments": {"a": n, "b": 1.5, "note": "é"},
+        "arguments_sha256": "0" * 64, "outcome": "OK", "duration_ms": 1.25, "approval_id": None,
+        "request_id": f"req_{n}", "error_id": None, "detail": {"n": n}, "created_at": datetime.now(UTC),
+    }
+    row.update(overrides)
+    return row
+
+
+async def _insert(db: Database, rows: list[dict[str, Any]]) -> list[int]:
+    async with db.begin() as conn:
+        ids = []
+        for row in rows:
+            ids.append(int((await conn.execute(sa.insert(audit_events).values(**row).returning(audit_events.c.id))).scalar_one()))
+        return ids
+
+
+async def _verify(db: Database, tenant: str = "acme") -> VerifyReport:
+    async with db.connect() as conn:
+        return await verify_chain(conn, tenant_id=tenant)
+
+
+async def _execute(db: Database, stmt: Any) -> None:
+    async with db.begin() as conn:
+        await conn.execute(stmt)
+
+
+def test_the_canonical_content_covers_every_column_but_the_chains_own():
+    assert set(CANONICAL_FIELDS) | set(CHAIN_FIELDS) == set(audit_events.c.keys())
+    assert not set(CANONICAL_FIELDS) & set(CHAIN_FIELDS)
+
+
+@pytest.mark.parametrize("field", [f for f in CANONICAL_FIELDS if f != "id"])
+def test_changing_any_covered_field_changes_the_content_hash(field: str):
+    class Row:
+        def __init__(self, values: dict[str, Any]) -> None:
+            self.__dict__.update(values)
+
+    base = _row(n=1) | {"id": 7}
+    changed = dict(base)
+    changed[field] = {
+        "created_at": base["created_at"] + timedelta(microseconds=1), "arguments": {"a": 1, "b": 1.5, "note": "e"},
+        "detail": {"n": 2}, "duration_ms": 1.5,
+    }.get(field, "different")
+    assert content_hash(Row(base)) != content_hash(Row(changed))
+
+
+async def test_sealed_rows_verify_and_unsealed_rows_are_reported(db):
+    await _insert(db, [_row(n=i) for i in range(5)])
+    report = await _verify(db)
+    assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 0, 5)
+
+    assert await AuditSealer(db, batch_size=2).seal_pending() == 5
+    await _insert(db, [_row(n=i) for i in range(5, 7)])
+    report = await _verify(db)
+    assert (report.ok, report.verified_rows, report.unsealed_rows, report.head_seq) == (True, 5, 2, 5)
+
+
+async def test_each_tenant_has_its_own_chain(db):
+    await _insert(db, [_row("acme" if i % 2 else "globex", n=i) for i in range(9)])
+    await AuditSealer(db).seal_pending()
+    acme, globex = await _verify(db, "acme"), await _verify(db, "globex")
+    assert (acme.ok, acme.verified_rows, acme.head_seq) == (True, 4, 4)
+    assert (globex.ok, globex.verified_rows, globex.head_seq) == (True, 5, 5)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("outcome", "BUDGET_EXCEEDED"),
+        ("user_id", "mallory"),
+        ("arguments", {"a": 99}),
+        ("detail", None),
+        ("duration_ms", 0.5),
+        ("tenant_id", "globex"),
+        ("created_at", datetime(2020, 1, 1, tzinfo=UTC)),
+    ],
+)
+async def test_a_changed_row_is_named_as_the_first_broken_row(db, column, value):
+    ids = await _insert(db, [_row(n=i) for i in range(6)])
+    await AuditSealer(db).seal_pending()
+    await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[3]).values({column: value}))
+    report = await _verify(db)
+    assert not report.ok
+    if column == "tenant_id":  # the row left the chain: its successor finds a hole
+        assert report.broken_row_id == ids[4]
+    else:
+        assert report.broken_row_id == ids[3]
+        assert "content" in (report.reason or "")
+    assert report.verified_rows == 3
+
+
+async def test_a_deleted_row_breaks_the_chain_at_the_next_row(db):
+    ids = await _insert(db, [_row(n=i) for i in range(5)])
+    await AuditSealer(db).seal_pending()
+    await _execute(db, sa.delete(audit_events).where(audit_events.c.id == ids[2]))
+    report = await _verify(db)
+    assert (report.ok, report.broken_row_id) == (False, ids[3])
+
+
+async def test_an_unsealed_row_in_the_middle_breaks_the_chain(db):
+    ids = await _insert(db, [_row(n=i) for i in range(5)])
+    await AuditSealer(db).seal_pending()
+    await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(chain_seq=None))
+    report = await _verify(db)
+    assert (report.ok, report.broken_row_id, report.unsealed_rows) == (False, ids[2], 1)
+
+
+async def test_a_cut_tail_is_caught_by_the_stored_head(db):
+    ids = await _insert(db, [_row(n=i) for i in range(4)])
+    await AuditSealer(db).seal_pending()
+    await _execute(db, sa.delete(audit_events).where(audit_events.c.id == ids[-1]))
+    report = await _verify(db)
+    assert not report.ok
+    assert "end" in (report.reason or "")
+
+
+async def test_relinking_a_forged_row_without_the_head_is_caught(db):
+    """A forger who rewrites a row and recomputes its hashes still cannot match the head."""
+    from gateway.audit.chain import link_hash
+
+    ids = await _insert(db, [_row(n=i) for i in range(3)])
+    await AuditSealer(db).seal_pending()
+    async with db.begin() as conn:
+        await conn.execute(sa.update(audit_events).where(audit_events.c.id == ids[2]).values(outcome="FORGED"))
+        row = (await conn.execute(sa.select(audit_events).where(audit_events.c.id == ids[2]))).first()
+        forged = content_hash(row)
+        await conn.execute(
+            sa.update(audit_events).where(audit_events.c.id == ids[2]).values(
+                content_hash=forged, chain_hash=link_hash(row.chain_seq, row.prev_hash, forged)
+            )
+        )
+    report = await _verify(db)
+    assert not report.ok and "head" in (report.reason or "")
+
+
+async def test_prune_removes_old_sealed_rows_and_the_chain_verifies_from_the_anchor(db):
+    old = datetime.now(UTC) - timedelta(days=120)
+    await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(4)])
+    kept = await _insert(db, [_row(n=i) for i in range(4, 7)])
+    await AuditSealer(db).seal_pending()
+
+    [result] = await prune(db, older_than=parse_age("90d"), tenant_id="acme")
+    assert (result.removed_rows, result.anchor_seq) == (4, 4)
+    async with db.connect() as conn:
+        left = list((await conn.execute(
+            sa.select(audit_events.c.id).where(audit_events.c.tenant_id == "acme", audit_events.c.kind != "audit_prune")
+        )).scalars())
+    assert sorted(left) == kept
+
+    await AuditSealer(db).seal_pending()  # the prune's own audit row
+    report = await _verify(db)
+    assert (report.ok, report.verified_rows, report.anchor_seq) == (True, 4, 4)
+
+    # Tampering after a prune is still caught, the first kept row included.
+    await _execute(db, sa.update(audit_events).where(audit_events.c.id == kept[0]).values(outcome="X"))
+    assert (await _verify(db)).broken_row_id == kept[0]
+
+
+async def test_prune_never_removes_young_or_unsealed_rows(db):
+    old = datetime.now(UTC) - timedelta(days=120)
+    await _insert(db, [_row(n=0, created_at=old), _row(n=1), _row(n=2, created_at=old)])
+    await AuditSealer(db).seal_pending()
+    unsealed_old = await _insert(db, [_row(n=3, created_at=old)])
+    [result] = await prune(db, older_than=timedelta(days=90), tenant_id="acme")
+    # Only the prefix before the first young row goes; the old row sealed after it stays.
+    assert result.removed_rows == 1
+    async with db.connect() as conn:
+        still = await conn.scalar(sa.select(sa.func.count()).where(audit_events.c.id == unsealed_old[0]))
+    assert still == 1
+    assert (await _verify(db)).ok
+
+
+def test_ages_parse_and_nonsense_is_refused():
+    assert parse_age("90d") == timedelta(days=90)
+    assert parse_age("12h") == timedelta(hours=12)
+    for bad in ("90", "d", "-1d", "0d", "1y"):
+        with pytest.raises(ValueError):
+            parse_age(bad)
+
+
+@pytest.mark.postgres
+async def test_a_row_committed_after_higher_ids_were_sealed_is_sealed_later(pg_url):
+    """Ids are handed out before commit: the chain's order is the order of sealing."""
+    await seeded(pg_url)
+    db = Database.from_settings(Settings(database_url=pg_url))
+    try:
+        async with db.engine.connect() as slow:
+            await slow.begin()
+            [slow_id] = [
+                int((await slow.execute(sa.insert(audit_events).values(**_row(n=0)).returning(audit_events.c.id))).scalar_one())
+            ]
+            [fast_id] = await _insert(db, [_row(n=1)])
+            assert fast_id > slow_id
+            assert await AuditSealer(db).seal_pending() == 1
+            await slow.commit()
+        assert await AuditSealer(db).seal_pending() == 1
+        report = await _verify(db)
+        assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 2, 0)
+        async with db.connect() as conn:
+            order = list((await conn.execute(
+                sa.select(audit_events.c.id).where(audit_events.c.tenant_id == "acme").order_by(audit_events.c.chain_seq)
+            )).scalars())
+        assert order == [fast_id, slow_id]
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url):
+    await seeded(pg_url)
+    db = Database.from_settings(Settings(database_url=pg_url))
+    try:
+        ids = await _insert(db, [_row(n=i) for i in range(4)])
+        sealed = run_cli(pg_url, "audit", "seal")
+        assert sealed.returncode == 0 and "sealed 4" in sealed.stdout
+        await _insert(db, [_row(n=9)])
+        ok = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+        assert ok.returncode == 0, ok.stderr
+        assert "OK, 4 sealed row(s) verified" in ok.stdout and "1 row(s) not sealed yet" in ok.stdout
+
+        await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(outcome="X"))
+        broken = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+        assert broken.returncode == 1
+        assert f"BROKEN at row id {ids[1]} (chain position 2)" in broken.stdout
+        assert "1 row(s) not sealed yet" in broken.stdout
+    finally:
+        await db.dispose()

@@ -1,0 +1,163 @@
+"""The ledger's atomic decisions, on both backends: budget, tool caps, repeats, replays,
+approvals and audit rows — also when many requests share one PostgreSQL statement."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.auth.principal import Principal
+from gateway.db.engine import Database
+from gateway.db.models import Approval, AuditEvent, Run, ToolCall
+from gateway.db.runs import create_run
+from gateway.execution.checks import plan_call
+from gateway.execution.ledger import FinishedCall, Ledger, RunNotFound, create_ledger
+from gateway.execution.protocol import ToolCallRequest
+from gateway.settings import Settings
+from gateway.tools.builtin import builtin_tools
+from gateway.tools.registry import ToolRegistry
+from tests.conftest import seeded
+
+ALICE = Principal("acme", "alice", frozenset({"editor"}), frozenset({"calculator:use", "articles:write"}))
+REGISTRY = ToolRegistry(builtin_tools())
+
+
+@pytest.fixture
+async def db(database_url: str):
+    await seeded(database_url)
+    database = Database.from_settings(Settings(database_url=database_url))
+    yield database
+    await database.dispose()
+
+
+@pytest.fixture
+async def ledger(db: Database):
+    led = create_ledger(db, approval_ttl=timedelta(hours=1))
+    yield led
+    await led.close()
+
+
+async def new_run(db: Database, *, max_tool_calls: int = 100, max_repeats: int = 2, expires_at=None) -> str:
+    async with db.begin() as conn:
+        row = await create_run(conn, tenant_id="acme", user_id="alice", max_tool_calls=max_tool_calls,
+                               max_repeats=max_repeats, expires_at=expires_at, now=datetime.now(UTC))
+    return row.id
+
+
+def call(name: str = "add", arguments: str = '{"a": 1, "b": 2}', call_id: str | None = None):
+    plan = plan_call(REGISTRY, ALICE, ToolCallRequest(id=call_id or uuid.uuid4().hex, name=name,
+                                                       arguments=arguments.encode()))
+    if plan.needs_approval:
+        plan.approval_id = "apr_" + uuid.uuid4().hex
+    return plan
+
+
+async def admit(ledger: Ledger, run_id: str, plans):
+    return await ledger.admit(ALICE, run_id, plans, request_id="req_test", now=datetime.now(UTC))
+
+
+async def count(db: Database, table, **where) -> int:
+    async with db.connect() as conn:
+        stmt = sa.select(sa.func.count()).select_from(table)
+        for column, value in where.items():
+            stmt = stmt.where(getattr(table.c, column) == value)
+        return int(await conn.scalar(stmt))
+
+
+async def test_budget_is_given_to_calls_in_order_and_the_rest_is_refused(db, ledger):
+    run_id = await new_run(db, max_tool_calls=3)
+    plans = [call(arguments=f'{{"a": {i}, "b": 0}}') for i in range(5)]
+    admissions = await admit(ledger, run_id, plans)
+    assert [a.decision for a in admissions] == ["execute"] * 3 + ["decided"] * 2
+    assert [a.outcome for a in admissions[3:]] == ["BUDGET_EXCEEDED"] * 2
+    async with db.connect() as conn:
+        used = await conn.scalar(sa.select(Run.used_tool_calls).where(Run.id == run_id))
+    assert used == 3
+
+
+async def test_rejected_calls_are_stored_and_audited_but_cost_no_budget(db, ledger):
+    run_id = await new_run(db, max_tool_calls=1)
+    bad = call(arguments='{"a": "1", "b": 2}')
+    assert bad.rejected is not None
+    admissions = await admit(ledger, run_id, [bad, call()])
+    assert admissions[0].outcome == "INVALID_ARGUMENTS" and admissions[1].decision == "execute"
+    assert await count(db, AuditEvent.__table__, run_id=run_id, outcome="INVALID_ARGUMENTS") == 1
+
+
+async def test_the_repeat_limit_refuses_the_call_after_max_repeats_identical_ones(db, ledger):
+    run_id = await new_run(db, max_repeats=2)
+    outcomes = []
+    for arguments in ('{"a": 1, "b": 2}', '{"b": 2, "a": 1}', '{"a": 1, "b": 2}'):
+        outcomes.append((await admit(ledger, run_id, [call(arguments=arguments)]))[0].outcome)
+    assert outcomes == [None, None, "REPEATED_CALL"]
+
+
+async def test_a_tool_cap_refuses_calls_of_that_tool_past_it(db, ledger):
+    run_id = await new_run(db)
+    plans = [call(arguments=f'{{"a": {i}, "b": 0}}') for i in range(3)]
+    for plan in plans:
+        plan.tool_call_cap = 2
+    admissions = await admit(ledger, run_id, plans)
+    assert [a.outcome for a in admissions] == [None, None, "BUDGET_EXCEEDED"]
+    assert "call limit" in (admissions[2].content or "")
+    other = await admit(ledger, run_id, [call("multiply")])
+    assert other[0].decision == "execute"
+
+
+async def test_a_known_tool_call_id_is_replayed_and_costs_nothing(db, ledger):
+    run_id = await new_run(db, max_tool_calls=1)
+    first = call(call_id="call_1")
+    [admission] = await admit(ledger, run_id, [first])
+    await ledger.record(ALICE, run_id, [FinishedCall(first, "OK", '{"ok":true,"result":3}', 0.1)],
+                        request_id="req_test", now=datetime.now(UTC))
+    [replay] = await admit(ledger, run_id, [call(call_id="call_1")])
+    assert replay.decision == "replay" and replay.content == '{"ok":true,"result":3}'
+    assert await count(db, ToolCall.__table__, run_id=run_id) == 1
+
+
+async def test_a_call_that_changes_data_creates_one_approval_and_replays_its_state(db, ledger):
+    run_id = await new_run(db)
+    plan = call("create_article", '{"title": "T", "body": "B"}', call_id="call_w")
+    [admission] = await admit(ledger, run_id, [plan])
+    assert admission.outcome == "APPROVAL_REQUIRED" and admission.approval_id == plan.approval_id
+    [again] = await admit(ledger, run_id, [call("create_article", '{"title": "T", "body": "B"}', call_id="call_w")])
+    assert again.decision == "replay" and again.approval_id == plan.approval_id
+    assert again.outcome == "APPROVAL_REQUIRED"
+    assert await count(db, Approval.__table__, run_id=run_id) == 1
+
+
+async def test_an_expired_run_refuses_new_calls(db, ledger):
+    run_id = await new_run(db, expires_at=datetime.now(UTC) + timedelta(milliseconds=1))
+    await asyncio.sleep(0.01)
+    [admission] = await admit(ledger, run_id, [call()])
+    assert admission.outcome == "RUN_EXPIRED"
+
+
+async def test_another_users_run_is_not_found(db, ledger):
+    run_id = await new_run(db)
+    bob = Principal("acme", "bob", frozenset(), frozenset({"calculator:use"}))
+    with pytest.raises(RunNotFound):
+        await ledger.admit(bob, run_id, [call()], request_id=None, now=datetime.now(UTC))
+
+
+async def test_concurrent_requests_on_many_runs_share_statements_and_each_budget_holds(db, ledger):
+    runs = [await new_run(db, max_tool_calls=5) for _ in range(4)]
+    requests = [(run_id, [call(arguments=f'{{"a": {i}, "b": {j}}}')]) for run_id in runs for i in range(3)
+                for j in range(3)]
+    results = await asyncio.gather(*(admit(ledger, run_id, plans) for run_id, plans in requests))
+    for run_id in runs:
+        executed = sum(1 for (r, _), adm in zip(requests, results, strict=True) if r == run_id
+                       and adm[0].decision == "execute")
+        assert executed == 5
+
+
+async def test_one_tool_call_id_sent_twice_at_once_is_executed_once(db, ledger):
+    run_id = await new_run(db)
+    results = await asyncio.gather(*(admit(ledger, run_id, [call(call_id="same")]) for _ in range(6)))
+    decisions = sorted(r[0].decision for r in results)
+    assert decisions.count("execute") == 1
+    assert await count(db, ToolCall.__table__, run_id=run_id) == 1
