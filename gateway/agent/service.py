@@ -135,7 +135,8 @@ class AgentService:
         return run
 
     def _tools_for(self, principal: Principal, client_tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The caller's visible tools and any client tools, sorted by name: a stable prompt prefix."""
+        """The caller's visible tools (roles and the tenant's tool policies) and any client tools, sorted by
+        name: a stable prompt prefix, and never a tool the caller may not call."""
         names = set()
         for tool in client_tools:
             name = tool["function"]["name"]
@@ -144,7 +145,10 @@ class AgentService:
                     ErrorCode.INVALID_REQUEST, f"The client tool {name!r} clashes with another tool of that name."
                 )
             names.add(name)
-        tools = [tool.openai_definition() for tool in self._registry.visible_to(principal.permissions)]
+        visible = self._registry.visible_to(
+            principal.permissions, roles=principal.roles, policies=principal.tool_policies
+        )
+        tools = [tool.openai_definition() for tool in visible]
         return sorted(tools + client_tools, key=lambda t: t["function"]["name"])
 
     # -- driving ------------------------------------------------------------------------------

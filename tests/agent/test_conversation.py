@@ -111,6 +111,16 @@ async def test_a_model_calling_a_tool_the_caller_may_not_use_gets_permission_den
     assert all(t["function"]["name"] != "create_article" for t in model.requests[0]["tools"])
 
 
+async def test_a_tool_the_tenant_disabled_is_not_offered_to_the_model(gateway, model):
+    disabled = await gateway.http.put("/v1/admin/tools/get_current_time", json={"enabled": False},
+                                      headers=auth_for("carol"))
+    assert disabled.status_code == 200, disabled.text
+    model.script(openai_turn("no clock"))
+    await gateway.chat("what time is it?")
+    names = [t["function"]["name"] for t in model.requests[0]["tools"]]
+    assert "get_current_time" not in names and "divide" in names
+
+
 async def test_client_tools_are_refused_unless_the_tenant_lets_them_pass_through(gateway, model):
     weather = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
                                                 "parameters": {"type": "object", "properties": {
