@@ -20,6 +20,8 @@ from gateway.admin.service import TenantAdmin
 from gateway.api.admin import RoleAdminController, TenantAdminController, ToolPolicyAdminController
 from gateway.api.approvals import AdminApprovalController, ApprovalController
 from gateway.api.audit import AuditController
+from gateway.agent.service import AgentService
+from gateway.api.chat import ChatController
 from gateway.api.context import InFlight, RequestContextMiddleware
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
@@ -39,6 +41,7 @@ from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
 from gateway.execution.runs import RunService
+from gateway.llm.providers import ModelProviders
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.settings import Settings, SettingsError
@@ -111,6 +114,15 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             db, batch_size=settings.audit_seal_batch_size, interval_s=settings.audit_seal_interval_s
         )
         sealer.start()
+        state.agent = AgentService(
+            settings=settings,
+            db=db,
+            executor=state.executor,
+            registry=tools,
+            runs=state.runs,
+            providers=ModelProviders(settings, http),
+            directory=directory,
+        )
         try:
             yield
         finally:
@@ -141,6 +153,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             ToolPolicyAdminController,
             TenantAdminController,
             AuditController,
+            ChatController,
         ],
         middleware=[
             DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS),

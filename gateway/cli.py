@@ -1,4 +1,4 @@
-"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit."""
+"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit, chat."""
 
 from __future__ import annotations
 
@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12h, 2w")
     prune.add_argument("--tenant", help="only this tenant (default: all)")
     audit.set_defaults(handler=cmd_audit)
+    from gateway.chat_cli import add_parser as add_chat_parser
+
+    add_chat_parser(commands)
+    commands.choices["chat"].set_defaults(handler=cmd_chat)
     return parser
 
 
@@ -240,6 +244,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     return 0
+def cmd_chat(args: argparse.Namespace) -> int:
+    from gateway.chat_cli import request_body, run_chat
+
+    url = args.url or os.environ.get("GATEWAY_URL") or "http://127.0.0.1:8000"
+    token = args.token or os.environ.get("GATEWAY_TOKEN")
+    if not token:
+        from gateway.auth.dev_tokens import mint_token
+
+        settings = load_settings(demo=args.demo)
+        if settings.jwt_secret is None:
+            raise SettingsError("pass --token (or set GATEWAY_TOKEN), or set GATEWAY_JWT_SECRET (or --demo) to mint one")
+        roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
+        token = mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=3600)
+    return run_chat(url, token, request_body(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

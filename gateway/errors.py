@@ -55,6 +55,18 @@ class ErrorCode(enum.StrEnum):
     BUSINESS_RULE_VIOLATION = "BUSINESS_RULE_VIOLATION"
     TOOL_EXECUTION_FAILED = "TOOL_EXECUTION_FAILED"
 
+    # The agent loop: why a run stopped (still a 200 completion), and its model provider
+    MAX_STEPS_EXCEEDED = "MAX_STEPS_EXCEEDED"
+    TOKEN_BUDGET_EXCEEDED = "TOKEN_BUDGET_EXCEEDED"
+    RUN_TIMEOUT = "RUN_TIMEOUT"
+    CLIENT_TOOLS_NOT_ALLOWED = "CLIENT_TOOLS_NOT_ALLOWED"
+    RUN_NOT_RESUMABLE = "RUN_NOT_RESUMABLE"
+    MODEL_NOT_CONFIGURED = "MODEL_NOT_CONFIGURED"
+    UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
+    UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
+    UPSTREAM_BAD_RESPONSE = "UPSTREAM_BAD_RESPONSE"
+    UPSTREAM_REJECTED = "UPSTREAM_REJECTED"
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorSpec:
@@ -164,6 +176,42 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
         _spec(E.TOOL_EXECUTION_FAILED, 500, True,
               "The tool failed unexpectedly; details are logged under error_id and never returned.",
               "The tool failed unexpectedly."),
+        _spec(E.MAX_STEPS_EXCEEDED, 200, False,
+              "The agent loop reached the run's max_steps (model round trips); the completion says so "
+              "(finish_reason `length`).",
+              "The run reached its limit of model rounds."),
+        _spec(E.TOKEN_BUDGET_EXCEEDED, 200, False,
+              "The run's model calls used more than max_total_tokens (input + output); the completion says so "
+              "(finish_reason `length`).",
+              "The run used up its token budget."),
+        _spec(E.RUN_TIMEOUT, 200, False,
+              "The run's wall-clock limit passed; the model request or tool in flight was cancelled "
+              "(finish_reason `length`; also the result of a call cancelled that way).",
+              "The run reached its time limit."),
+        _spec(E.CLIENT_TOOLS_NOT_ALLOWED, 400, False,
+              "The request brought its own `tools`, and the tenant does not allow client tools to pass through.",
+              "This gateway supplies the tools: remove `tools` from the request."),
+        _spec(E.RUN_NOT_RESUMABLE, 409, False,
+              "Only an agent run stopped for an approval can be resumed, and only once at a time.",
+              "This run is not waiting for an approval."),
+        _spec(E.MODEL_NOT_CONFIGURED, 503, False,
+              "No model provider is configured (GATEWAY_LLM_BASE_URL or GATEWAY_LLM_PROVIDERS), or the one this "
+              "run or tenant needs is gone.",
+              "No model provider is configured for this request."),
+        _spec(E.UPSTREAM_UNAVAILABLE, 502, True,
+              "The model provider refused connections or answered 5xx/429 on every retry within the run's deadline.",
+              "The model provider is unavailable; retry later."),
+        _spec(E.UPSTREAM_TIMEOUT, 504, True,
+              "The model provider did not answer within GATEWAY_LLM_TIMEOUT_S on every retry.",
+              "The model provider did not answer in time; retry later."),
+        _spec(E.UPSTREAM_BAD_RESPONSE, 502, False,
+              "The model provider answered something that is not a chat completion (malformed JSON, no message, "
+              "a tool call without a name, or a body over the size limit).",
+              "The model provider answered with a malformed response."),
+        _spec(E.UPSTREAM_REJECTED, 502, False,
+              "The model provider refused the request with a 4xx other than 429 (unknown model, a prompt it "
+              "cannot take, or the gateway's credentials for it); details are logged.",
+              "The model provider refused the request."),
     )
 }
 
@@ -185,6 +233,8 @@ def markdown_table() -> str:
     for spec in ERRORS.values():
         if spec.code in TOOL_RESULT_CODES:
             status = f"{spec.status} / tool result" if spec.code in _ALSO_HTTP else "tool result"
+        elif spec.code in STOP_REASON_CODES:
+            status = "200, stop reason"
         else:
             status = str(spec.status)
         lines.append(f"| `{spec.code}` | {status} | {'yes' if spec.retryable else 'no'} | {spec.meaning} |")
@@ -192,6 +242,9 @@ def markdown_table() -> str:
 
 
 _ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED, E.CONFLICT})
+
+STOP_REASON_CODES = frozenset({E.MAX_STEPS_EXCEEDED, E.TOKEN_BUDGET_EXCEEDED, E.RUN_TIMEOUT})
+"""Codes that end an agent run inside a normal ``200`` completion, as its ``gateway.stop_reason``."""
 
 
 class GatewayError(Exception):

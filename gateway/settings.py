@@ -13,11 +13,39 @@ from typing import Any
 import msgspec
 
 ENV_PREFIX = "GATEWAY_"
+DEFAULT_PROVIDER = "default"
+JSON_FIELDS = frozenset({"llm_providers"})
+SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key"})
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./gateway.db"
 
 
 class SettingsError(Exception):
     """The environment does not describe a valid configuration; the message says which variable."""
+
+
+LLM_KINDS = ("openai", "ollama")
+
+
+class LlmProvider(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A model provider, one entry of ``GATEWAY_LLM_PROVIDERS`` (a JSON list).
+
+    ``kind`` ``openai``: an OpenAI-compatible ``/chat/completions`` under ``base_url``, which
+    includes the version path (``http://host:11434/v1``); ``ollama``: Ollama's native
+    ``/api/chat`` under ``base_url`` (``http://host:11434``). The API key is read from the
+    environment variable named by ``api_key_env`` when the settings are read.
+    """
+
+    name: str
+    kind: str = "openai"
+    base_url: str
+    model: str
+    api_key: str | None = None
+    api_key_env: str | None = None
+    context_window: int = 8192
+    timeout_s: float = 60.0
+
+    def __repr__(self) -> str:  # the key never reaches a log line or a traceback
+        return f"LlmProvider(name={self.name!r}, kind={self.kind!r}, base_url={self.base_url!r}, model={self.model!r})"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -42,6 +70,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     run_ttl_s: int = 86_400
     approval_ttl_s: int = 86_400
     allow_self_approval: bool = False
+
+    run_max_steps: int = 8
+    run_max_total_tokens: int = 100_000
+    run_timeout_s: float = 120.0
+
+    llm_kind: str = "openai"
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    llm_context_window: int = 8192
+    llm_timeout_s: float = 60.0
+    llm_providers: tuple[LlmProvider, ...] = ()
+    llm_retries: int = 2
+    llm_retry_backoff_s: float = 0.5
+    llm_max_response_bytes: int = 8_388_608
+    llm_history_share: float = 0.7
 
     tool_timeout_s: float = 10.0
     tool_max_result_bytes: int = 16_384
@@ -105,9 +149,67 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 "GATEWAY_HTTP_MAX_KEEPALIVE_CONNECTIONS must be at least 0 and GATEWAY_HTTP_CONNECT_TIMEOUT_S positive"
             )
 
+        self._check_agent_loop()
+
+
     @property
     def rate_limits_enabled(self) -> bool:
         return self.rate_limit_tenant_rps > 0 or self.rate_limit_user_rps > 0
+
+    def _check_agent_loop(self) -> None:
+        for name in ("run_max_steps", "run_max_total_tokens", "llm_context_window", "llm_max_response_bytes"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
+        for name in ("run_timeout_s", "llm_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be more than 0")
+        if self.llm_retries < 0 or self.llm_retry_backoff_s < 0:
+            raise SettingsError("GATEWAY_LLM_RETRIES and GATEWAY_LLM_RETRY_BACKOFF_S must be at least 0")
+        if not 0 < self.llm_history_share <= 1:
+            raise SettingsError("GATEWAY_LLM_HISTORY_SHARE must be more than 0 and at most 1")
+        if self.llm_kind not in LLM_KINDS:
+            raise SettingsError("GATEWAY_LLM_KIND must be openai or ollama")
+        if self.llm_base_url is not None and not self.llm_model:
+            raise SettingsError("GATEWAY_LLM_MODEL must be set with GATEWAY_LLM_BASE_URL")
+        names = {DEFAULT_PROVIDER} if self.llm_base_url is not None else set()
+        for provider in self.llm_providers:
+            where = f"GATEWAY_LLM_PROVIDERS entry {provider.name!r}"
+            if provider.name in names:
+                raise SettingsError(f"{where}: the name is used twice (`default` is the GATEWAY_LLM_* provider)")
+            names.add(provider.name)
+            if provider.kind not in LLM_KINDS:
+                raise SettingsError(f"{where}: kind must be openai or ollama")
+            if not provider.base_url.startswith(("http://", "https://")):
+                raise SettingsError(f"{where}: base_url must be an http(s) URL")
+            if provider.context_window < 1 or provider.timeout_s <= 0:
+                raise SettingsError(f"{where}: context_window and timeout_s must be positive")
+        if self.llm_base_url is not None and not self.llm_base_url.startswith(("http://", "https://")):
+            raise SettingsError("GATEWAY_LLM_BASE_URL must be an http(s) URL")
+
+    def model_providers(self) -> tuple[LlmProvider, ...]:
+        """The configured providers; the ``GATEWAY_LLM_*`` one, named ``default``, comes first."""
+        providers = list(self.llm_providers)
+        if self.llm_base_url is not None and self.llm_model:
+            providers.insert(
+                0,
+                LlmProvider(
+                    name=DEFAULT_PROVIDER,
+                    kind=self.llm_kind,
+                    base_url=self.llm_base_url,
+                    model=self.llm_model,
+                    api_key=self.llm_api_key,
+                    context_window=self.llm_context_window,
+                    timeout_s=self.llm_timeout_s,
+                ),
+            )
+        return tuple(providers)
+
+    def __repr__(self) -> str:  # secrets never reach a log line or a traceback
+        shown = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            shown.append(f"{name}={'[REDACTED]' if name in SECRET_FIELDS and value is not None else repr(value)}")
+        return f"Settings({', '.join(shown)})"
 
     @property
     def is_sqlite(self) -> bool:
@@ -131,6 +233,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             key = ENV_PREFIX + name.upper()
             if key in env and env[key] != "":
                 raw[name] = _parse_env_value(cls, name, env[key])
+        if "llm_providers" in raw:
+            raw["llm_providers"] = _providers_with_keys(raw["llm_providers"], env)
         raw.update(overrides)
         try:
             return msgspec.convert(raw, cls, strict=False)
@@ -139,7 +243,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise SettingsError(f"{ENV_PREFIX}{field.upper()} is invalid: {str(exc).split(' - ')[0]}") from None
 
 
+def _providers_with_keys(value: Any, env: Mapping[str, str]) -> Any:
+    """Each provider's API key comes from the environment variable its ``api_key_env`` names."""
+    if not isinstance(value, list):
+        raise SettingsError("GATEWAY_LLM_PROVIDERS must be a JSON list of providers")
+    for entry in value:
+        if isinstance(entry, dict) and entry.get("api_key_env") and not entry.get("api_key"):
+            entry["api_key"] = env.get(str(entry["api_key_env"])) or None
+    return value
+
+
 def _parse_env_value(cls: type[Settings], name: str, value: str) -> Any:
+    if name in JSON_FIELDS:
+        try:
+            return msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be JSON") from None
     annotation = cls.__annotations__[name]
     if "tuple" in str(annotation):
         return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -172,6 +291,21 @@ FIELD_DOCS: dict[str, str] = {
     "run_ttl_s": "Default lifetime of a run, in seconds (its `expires_at`).",
     "approval_ttl_s": "Seconds a pending approval waits for a decision before it expires.",
     "allow_self_approval": "Let an approver approve their own request.",
+    "run_max_steps": "Agent loop: default (and highest) `max_steps`, the model round trips of one run.",
+    "run_max_total_tokens": "Agent loop: default (and highest) `max_total_tokens`, input + output over one run.",
+    "run_timeout_s": "Agent loop: default (and highest) wall-clock limit of one run (or resume), in seconds.",
+    "llm_kind": "Kind of the default model provider: `openai` (any OpenAI-compatible API) or `ollama` (native).",
+    "llm_base_url": "Base URL of the default provider; for `openai` with the version path (`http://host:11434/v1`).",
+    "llm_model": "Model name the default provider is asked for (required with `GATEWAY_LLM_BASE_URL`).",
+    "llm_api_key": "API key of the default provider, sent as a bearer token; never logged or returned.",
+    "llm_context_window": "Context window of the default provider's model, in tokens (history is trimmed to a share).",
+    "llm_timeout_s": "Timeout of one request to the default provider, in seconds (capped by the run's deadline).",
+    "llm_providers": "More providers, as a JSON list of `{name, kind, base_url, model, api_key_env, context_window, "
+                     "timeout_s}`; a request picks one by `model`, a tenant may be pinned to one.",
+    "llm_retries": "Retries of a model request after a refused connection, a timeout, a 5xx or a 429.",
+    "llm_retry_backoff_s": "First retry delay in seconds, doubled on each retry (a 429's Retry-After wins).",
+    "llm_max_response_bytes": "Largest model response read; a larger one is `UPSTREAM_BAD_RESPONSE`.",
+    "llm_history_share": "Share of the context window the prompt may fill before the oldest exchanges are dropped.",
     "tool_timeout_s": "Default per-call timeout of a tool that declares none.",
     "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
     "max_body_bytes": "Largest request body accepted (413 `PAYLOAD_TOO_LARGE` above).",
@@ -210,7 +344,7 @@ def markdown_table() -> str:
     for name, field in zip(Settings.__struct_fields__, msgspec.structs.fields(Settings), strict=True):
         default = field.default
         if isinstance(default, tuple):
-            default = ",".join(default)
+            default = ",".join(default) or None
         shown = "(none)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
         lines.append(f"| `{ENV_PREFIX}{name.upper()}` | {shown} | {FIELD_DOCS[name]} |")
     return "\n".join(lines)

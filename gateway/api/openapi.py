@@ -21,11 +21,13 @@ ERROR_DESCRIPTIONS = {
     401: "Missing or invalid bearer token (UNAUTHENTICATED)",
     403: "Not permitted (FORBIDDEN, TENANT_DISABLED, SELF_APPROVAL_FORBIDDEN)",
     404: "Not found in the caller's tenant (NOT_FOUND)",
-    409: "Conflict (ALREADY_DECIDED, APPROVAL_EXPIRED)",
+    409: "Conflict (ALREADY_DECIDED, APPROVAL_EXPIRED, RUN_NOT_RESUMABLE)",
     413: "Body too large (PAYLOAD_TOO_LARGE)",
     422: "Protocol error: nothing ran (INVALID_TOOL_CALL, DUPLICATE_TOOL_CALL_ID)",
     429: "Over the tenant's or user's rate limit (RATE_LIMITED); see Retry-After",
-    503: "Database unavailable (SERVICE_UNAVAILABLE)",
+    502: "The model provider failed (UPSTREAM_UNAVAILABLE, UPSTREAM_BAD_RESPONSE, UPSTREAM_REJECTED)",
+    503: "Database unavailable (SERVICE_UNAVAILABLE) or no model provider (MODEL_NOT_CONFIGURED)",
+    504: "The model provider did not answer in time (UPSTREAM_TIMEOUT)",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, JSONBody
 from litestar.di import NamedDependency, Provide
@@ -12,7 +13,16 @@ from litestar.di import NamedDependency, Provide
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of, provide_runs
 from gateway.api.openapi import error_responses, raw_json_body
-from gateway.api.schemas import RunCreate, RunLimits, RunLimitsIn, RunUsage, RunView, ToolCallsResponse, ToolMessageOut
+from gateway.api.schemas import (
+    HistoryMessage,
+    RunCreate,
+    RunLimits,
+    RunLimitsIn,
+    RunUsage,
+    RunView,
+    ToolCallsResponse,
+    ToolMessageOut,
+)
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallBatch
@@ -20,16 +30,35 @@ from gateway.execution.runs import RequestedLimits, RunService
 from gateway.observability.timing import timer_of
 
 
-def run_view(row: Any, now: datetime) -> RunView:
+def run_view(row: Any, now: datetime, messages: list[dict[str, Any]] | None = None) -> RunView:
     expired = row.expires_at is not None and row.expires_at <= now
     return RunView(
         id=row.id,
         tenant_id=row.tenant_id,
         user_id=row.user_id,
         status="expired" if expired else "active",
-        limits=RunLimits(max_tool_calls=row.max_tool_calls, max_repeats=row.max_repeats, expires_at=row.expires_at),
-        usage=RunUsage(tool_calls=row.used_tool_calls),
+        limits=RunLimits(
+            max_tool_calls=row.max_tool_calls,
+            max_repeats=row.max_repeats,
+            expires_at=row.expires_at,
+            max_steps=row.max_steps,
+            max_total_tokens=row.max_total_tokens,
+            timeout_s=row.timeout_s,
+        ),
+        usage=RunUsage(
+            tool_calls=row.used_tool_calls,
+            model_calls=row.steps,
+            prompt_tokens=row.prompt_tokens,
+            completion_tokens=row.completion_tokens,
+            total_tokens=row.prompt_tokens + row.completion_tokens,
+        ),
         created_at=row.created_at,
+        state=row.loop_state,
+        stop_reason=row.stop_reason,
+        provider=row.provider,
+        model=row.model,
+        messages_dropped=row.messages_dropped,
+        messages=msgspec.convert(messages or [], list[HistoryMessage]),
     )
 
 
@@ -60,9 +89,12 @@ class RunController(Controller):
 
     @get("/{run_id:str}", summary="Read a run", responses=error_responses(401, 404, 503))
     async def get_run(self, request: Request, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunView:
-        """A run of another user or tenant is not found."""
-        row = await runs.get(principal_of(request), run_id)
-        return run_view(row, datetime.now(UTC))
+        """A run of another user or tenant is not found. An agent run also shows its loop state, token usage and
+        the messages of its history."""
+        principal = principal_of(request)
+        row = await runs.get(principal, run_id)
+        messages = await runs.history(principal, run_id) if row.loop_state is not None else None
+        return run_view(row, datetime.now(UTC), messages)
 
     @post(
         "/{run_id:str}/tool-calls",

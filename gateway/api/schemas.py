@@ -30,10 +30,35 @@ class RunLimits(msgspec.Struct):
     max_tool_calls: int
     max_repeats: int
     expires_at: datetime | None
+    # An agent run's loop limits (null for a run a client drives through /tool-calls).
+    max_steps: int | None = None
+    max_total_tokens: int | None = None
+    timeout_s: float | None = None
 
 
 class RunUsage(msgspec.Struct):
     tool_calls: int
+    # An agent run's model calls and tokens, summed over its rounds.
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class HistoryToolCall(msgspec.Struct):
+    id: str
+    type: str
+    function: dict[str, Any]
+
+
+class HistoryMessage(msgspec.Struct, omit_defaults=True):
+    """One message of an agent run's history, in the OpenAI chat format."""
+
+    role: str
+    content: str | None = None
+    name: str | None = None
+    tool_calls: list[HistoryToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class RunView(msgspec.Struct):
@@ -44,6 +69,14 @@ class RunView(msgspec.Struct):
     limits: RunLimits
     usage: RunUsage
     created_at: datetime
+    state: str | None = None
+    """The agent loop's state: ``running``, ``completed``, ``stopped``, ``awaiting_approval``, ``failed`` or
+    ``cancelled``; null for a run a client drives through /tool-calls."""
+    stop_reason: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    messages_dropped: int = 0
+    messages: list[HistoryMessage] = msgspec.field(default_factory=list)
 
 
 class ToolMessageOut(msgspec.Struct):

@@ -37,6 +37,9 @@ class Tenant(Base):
     max_repeats_per_call: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("100"))
     max_run_ttl_s: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("2592000"))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # The agent loop: may a request bring its own tools; the model provider the tenant is pinned to.
+    allow_client_tools: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    llm_provider: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
 
 
 class Role(Base):
@@ -89,6 +92,34 @@ class Run(Base):
     max_repeats: Mapped[int] = mapped_column(sa.Integer)
     used_tool_calls: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # The agent loop's state; empty for a run a client drives through /tool-calls.
+    loop_state: Mapped[str | None] = mapped_column(sa.String(24), nullable=True)
+    stop_reason: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
+    provider: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    model: Mapped[str | None] = mapped_column(sa.String(200), nullable=True)
+    max_steps: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    max_total_tokens: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    timeout_s: Mapped[float | None] = mapped_column(sa.Float, nullable=True)
+    steps: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    prompt_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default=sa.text("0"))
+    completion_tokens: Mapped[int] = mapped_column(sa.BigInteger, server_default=sa.text("0"))
+    messages_dropped: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    loop_options: Mapped[dict[str, Any] | None] = mapped_column(JsonValue, nullable=True)
+    updated_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class RunMessage(Base):
+    """One message of an agent run's history, in the OpenAI chat format, in order."""
+
+    __tablename__ = "run_messages"
+
+    run_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64))
+    message: Mapped[dict[str, Any]] = mapped_column(JsonValue)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,9 @@ async def create_run(
     max_repeats: int,
     expires_at: datetime | None,
     now: datetime,
+    columns: Mapping[str, Any] | None = None,
 ) -> Any:
+    """``columns``: further values of the new row (an agent run's loop state and limits)."""
     run_id = new_run_id()
     await conn.execute(
         sa.insert(runs).values(
@@ -39,6 +42,7 @@ async def create_run(
             used_tool_calls=0,
             expires_at=expires_at,
             created_at=now,
+            **(columns or {}),
         )
     )
     return await get_run(conn, tenant_id=tenant_id, user_id=user_id, run_id=run_id)

@@ -22,6 +22,10 @@ class TenantRecord:
     max_run_ttl_s: int
     role_permissions: dict[str, frozenset[str]]
     tool_policies: TenantPolicies = field(default=NO_POLICIES)
+    allow_client_tools: bool = False
+    """The agent loop passes a request's own ``tools`` through to the model."""
+    llm_provider: str | None = None
+    """The model provider the tenant's agent runs are pinned to."""
 
 
 async def load_tenant(conn: AsyncConnection, *, tenant_id: str) -> TenantRecord | None:
@@ -46,7 +50,21 @@ async def load_tenant(conn: AsyncConnection, *, tenant_id: str) -> TenantRecord 
         max_run_ttl_s=row["max_run_ttl_s"],
         role_permissions={role: frozenset(p) for role, p in grants.items()},
         tool_policies=await load_policies(conn, tenant_id=tenant_id),
+        allow_client_tools=row["allow_client_tools"],
+        llm_provider=row["llm_provider"],
     )
+
+
+async def set_agent_settings(
+    conn: AsyncConnection, *, tenant_id: str, allow_client_tools: bool, llm_provider: str | None
+) -> bool:
+    """Set the tenant's agent-loop settings; False when there is no such tenant."""
+    result = await conn.execute(
+        sa.update(Tenant)
+        .where(Tenant.id == tenant_id)
+        .values(allow_client_tools=allow_client_tools, llm_provider=llm_provider)
+    )
+    return result.rowcount == 1
 
 
 async def create_tenant(conn: AsyncConnection, *, tenant_id: str, name: str) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
+from gateway.db import agent_runs
 from gateway.db import runs as run_queries
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError
@@ -27,8 +29,13 @@ class RunService:
         self._db = db
         self._directory = directory
 
-    async def create(self, principal: Principal, requested: RequestedLimits) -> Any:
-        """Limits default from settings and are clamped by the tenant's caps."""
+    async def create(
+        self, principal: Principal, requested: RequestedLimits, *, columns: Mapping[str, Any] | None = None
+    ) -> Any:
+        """Limits default from settings and are clamped by the tenant's caps.
+
+        ``columns`` are stored with the run in the same statement (an agent run's loop state).
+        """
         tenant = await self._directory.get(principal.tenant_id)
         if tenant is None:
             raise GatewayError(ErrorCode.UNAUTHENTICATED)
@@ -55,6 +62,7 @@ class RunService:
                 max_repeats=max_repeats,
                 expires_at=expires_at,
                 now=now,
+                columns=columns,
             )
 
     async def get(self, principal: Principal, run_id: str) -> Any:
@@ -66,3 +74,8 @@ class RunService:
         if row is None:
             raise GatewayError(ErrorCode.NOT_FOUND, "No such run.")
         return row
+
+    async def history(self, principal: Principal, run_id: str) -> list[dict[str, Any]]:
+        """The messages of an agent run's history, in order (none for a client-driven run)."""
+        async with self._db.connect() as conn:
+            return await agent_runs.load_messages(conn, tenant_id=principal.tenant_id, run_id=run_id)

@@ -1,0 +1,1 @@
+"""The agent loop: the gateway runs a conversation against a model, every tool call guarded."""

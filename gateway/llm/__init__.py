@@ -1,0 +1,1 @@
+"""Model providers over httpx: one small interface, an adapter per wire format."""
