@@ -165,6 +165,9 @@ class Tool:
     sensitive_fields: frozenset[str] = frozenset()
     local: bool = False
     """The handler does no I/O (pure computation): it runs inline, without a timeout task."""
+    writes_gateway_db: bool = False
+    """The handler changes the gateway's own database (built-in services): a call that changes
+    data then runs inside the transaction that records its outcome, so both commit or neither."""
 
     def openai_definition(self) -> dict[str, Any]:
         return {
@@ -206,6 +209,7 @@ def struct_tool(
     max_result_bytes: int | None = None,
     sensitive_fields: frozenset[str] = frozenset(),
     local: bool = False,
+    writes_gateway_db: bool = False,
 ) -> Callable[[Handler], Tool]:
     """Declare a tool from a handler and its argument Struct."""
 
@@ -221,6 +225,7 @@ def struct_tool(
             max_result_bytes=max_result_bytes,
             sensitive_fields=sensitive_fields,
             local=local,
+            writes_gateway_db=writes_gateway_db,
         )
 
     return wrap
