@@ -43,7 +43,7 @@ RETURNS TABLE (
 LANGUAGE plpgsql AS $fn$
 DECLARE
     v_batch jsonb;
-    v_run runs%ROWTYPE;
+    v_run record;
     v_run_id text;
     v_tenant_id text;
     v_user_id text;
@@ -68,7 +68,7 @@ BEGIN
         v_user_id := v_batch->>'user_id';
         v_request_id := v_batch->>'request_id';
 
-        SELECT * INTO v_run FROM runs r
+        SELECT r.max_tool_calls, r.max_repeats, r.used_tool_calls, r.expires_at INTO v_run FROM runs r
          WHERE r.id = v_run_id AND r.tenant_id = v_tenant_id AND r.user_id = v_user_id
            FOR UPDATE;
         IF NOT FOUND THEN
