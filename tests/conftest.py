@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import structlog
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
@@ -20,6 +21,8 @@ from gateway.db.engine import Database
 from gateway.db.migrate import upgrade_to_head
 from gateway.demo import seed_demo
 from gateway.settings import Settings
+from gateway.tools.registry import ToolRegistry
+from tests.support.logs import CapturedLogs
 from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
 from tests.support.tokens import TEST_SECRET
 
@@ -114,16 +117,37 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(database_url: str, settings_overrides: dict[str, Any]) -> AsyncIterator[AsyncTestClient]:
+def tool_registry() -> ToolRegistry | None:
+    """Override in a test module to serve other tools (None: the built-in ones)."""
+    return None
+
+
+@pytest.fixture
+async def client(
+    database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
+) -> AsyncIterator[AsyncTestClient]:
     await seeded(database_url)
-    app = create_app(make_settings(database_url, **settings_overrides))
+    app = create_app(make_settings(database_url, **settings_overrides), registry=tool_registry)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
 
 
 @pytest.fixture
-async def pg_client(pg_url: str, settings_overrides: dict[str, Any]) -> AsyncIterator[AsyncTestClient]:
+async def pg_client(
+    pg_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
+) -> AsyncIterator[AsyncTestClient]:
     await seeded(pg_url)
-    app = create_app(make_settings(pg_url, **settings_overrides))
+    app = create_app(make_settings(pg_url, **settings_overrides), registry=tool_registry)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def logs() -> Iterator[CapturedLogs]:
+    """Everything structlog emits during the test, through the gateway's own processors."""
+    captured = CapturedLogs()
+    captured.install()
+    try:
+        yield captured
+    finally:
+        structlog.reset_defaults()
