@@ -99,7 +99,15 @@ def inline_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node, dict):
             if "$ref" in node:
                 return resolve(defs[node["$ref"].rsplit("/", 1)[-1]])
-            return {k: resolve(v) for k, v in node.items() if k != "title"}
+            resolved: dict[str, Any] = {}
+            for key, value in node.items():
+                if key == "title":  # the annotation keyword; a *property* named "title" stays
+                    continue
+                if key == "properties" and isinstance(value, dict):
+                    resolved[key] = {name: resolve(schema) for name, schema in value.items()}
+                else:
+                    resolved[key] = resolve(value)
+            return resolved
         if isinstance(node, list):
             return [resolve(item) for item in node]
         return node
