@@ -76,7 +76,7 @@ class ApprovalController(Controller):
     tags = ["approvals"]
     dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
 
-    @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(401, 404, 503))
+    @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(400, 401, 404, 503))
     async def get_approval(self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str]) -> ApprovalView:
         """The requester (or an approver) reads the approval's status and, once executed, its outcome."""
         row = await service.get_for_requester(principal_of(request), approval_id)
@@ -114,7 +114,7 @@ class AdminApprovalController(Controller):
         "/{approval_id:str}/approve",
         status_code=200,
         summary="Approve and execute the call",
-        responses=error_responses(401, 403, 404, 409, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 503),
     )
     async def approve(
         self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str]
@@ -127,7 +127,7 @@ class AdminApprovalController(Controller):
         "/{approval_id:str}/reject",
         status_code=200,
         summary="Reject the call",
-        responses=error_responses(400, 401, 403, 404, 409, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 503),
     )
     async def reject(
         self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str], data: JSONBody[RejectBody]

@@ -37,7 +37,7 @@ class RunController(Controller):
     tags = ["runs"]
     dependencies = {"runs": Provide(provide_runs, sync_to_thread=False)}
 
-    @post("/", status_code=201, summary="Create a run", responses=error_responses(400, 401, 403, 503))
+    @post("/", status_code=201, summary="Create a run", responses=error_responses(400, 401, 403, 413, 503))
     async def create_run(
         self, request: Request, runs: NamedDependency[RunService], data: JSONBody[RunCreate | None] = None
     ) -> RunView:
@@ -57,7 +57,7 @@ class RunController(Controller):
         row = await runs.create(principal_of(request), limits)
         return run_view(row, datetime.now(UTC))
 
-    @get("/{run_id:str}", summary="Read a run", responses=error_responses(401, 404, 503))
+    @get("/{run_id:str}", summary="Read a run", responses=error_responses(400, 401, 404, 503))
     async def get_run(self, request: Request, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunView:
         """A run of another user or tenant is not found."""
         row = await runs.get(principal_of(request), run_id)
@@ -70,7 +70,7 @@ class RunController(Controller):
         operation_class=raw_json_body(
             ToolCallBatch, "The assistant message's `tool_calls`, exactly as the model produced them."
         ),
-        responses=error_responses(401, 404, 413, 422, 503),
+        responses=error_responses(400, 401, 404, 413, 422, 503),
     )
     async def execute_tool_calls(self, request: Request, run_id: FromPath[str]) -> ToolCallsResponse:
         """Run each call through the guards and answer one `role=tool` message per call, in the order given."""
