@@ -76,7 +76,22 @@ class StructArguments:
             raise ArgumentsInvalid("Arguments must be a JSON object.") from None
         as_dict = msgspec.structs.asdict(value)
         canonical = msgspec.json.encode(as_dict, order="sorted")
+        if b"\\u0000" in canonical:  # cheap pre-check; a literal backslash-u0000 text also matches
+            for name, field_value in msgspec.json.decode(canonical).items():
+                if _holds_nul(field_value):
+                    # No database text can hold NUL; say so before anything is stored.
+                    raise ArgumentsInvalid(f"Invalid value for `{name}`: text must not contain NUL characters.")
         return DecodedArguments(value=value, canonical=canonical, as_dict=as_dict)
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _safe_validation_message(message: str, sensitive: frozenset[str]) -> str:
