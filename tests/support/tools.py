@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Annotated, Literal
 
 import msgspec
+import sqlalchemy as sa
 
 from gateway.tools.base import Tool, ToolContext, struct_tool
 from gateway.tools.builtin import CALCULATOR_USE, Strict, builtin_tools
@@ -24,8 +25,9 @@ LEAKY_DETAILS = (
 )
 LEAKY_MESSAGE = "could not run " + " ".join(LEAKY_DETAILS)
 
+MISSING_TABLE = "no_such_table_for_secrets"
 SLEEP_TIMEOUT_S = 0.2
-RENDEZVOUS_TIMEOUT_S = 5.0
+RENDEZVOUS_TIMEOUT_S = 3.0
 BIG_RESULT_LIMIT = 64
 
 
@@ -53,6 +55,7 @@ class SleepArgs(Strict):
 
 class RendezvousArgs(Strict):
     parties: Annotated[int, msgspec.Meta(ge=1, le=64)]
+    party: str = ""
 
 
 class SizeArgs(Strict):
@@ -96,6 +99,12 @@ def probe_tools(probe: Probe) -> list[Tool]:
         probe.executions[ctx.tool_call_id] += 1
         raise RuntimeError(LEAKY_MESSAGE)
 
+    @struct_tool(name="bad_sql", description="A query that fails.", arguments=NoteArgs, permission=CALCULATOR_USE)
+    async def bad_sql(ctx: ToolContext, args: NoteArgs) -> object:
+        async with ctx.connection() as conn:
+            await conn.execute(sa.text(f"SELECT secret_column FROM {MISSING_TABLE}"))
+        return None
+
     @struct_tool(name="big", description="A large result.", arguments=SizeArgs, permission=CALCULATOR_USE,
                  max_result_bytes=BIG_RESULT_LIMIT)
     async def big(ctx: ToolContext, args: SizeArgs) -> object:
@@ -120,7 +129,7 @@ def probe_tools(probe: Probe) -> list[Tool]:
         await asyncio.sleep(0.05)  # long enough for concurrent approvers to overlap
         return {"written": args.text}
 
-    return [sleep, rendezvous, explode, big, count, login, write_note]
+    return [sleep, rendezvous, explode, bad_sql, big, count, login, write_note]
 
 
 def registry_with_probe(probe: Probe) -> ToolRegistry:

@@ -216,3 +216,12 @@ def test_decoding_arbitrary_json_only_ever_refuses_with_a_safe_message(value):
             codec.decode(json.dumps(value).encode())
         except ArgumentsInvalid as exc:
             assert exc.message
+
+
+def test_a_nul_character_in_a_value_is_refused_naming_the_field():
+    message = invalid(SEARCH, json.dumps({"query": "a\x00b"}).encode())
+    assert "`query`" in message and "NUL" in message
+
+
+def test_the_text_backslash_u0000_is_an_ordinary_value():
+    assert SEARCH.decode(json.dumps({"query": "a\\u0000b"}).encode()).value.query == "a\\u0000b"

@@ -167,3 +167,9 @@ def test_protocol_checks_never_crash_on_arbitrary_bytes(raw):
         parse_batch(raw, max_batch_size=64)
     except ProtocolError as exc:
         assert exc.code in (ErrorCode.INVALID_TOOL_CALL, ErrorCode.DUPLICATE_TOOL_CALL_ID)
+
+
+@pytest.mark.parametrize("where", ["id", "name"])
+def test_a_nul_character_in_an_id_or_a_name_is_invalid_tool_call(where):
+    raw = body(call("c\x001")) if where == "id" else body(call(name="a\x00dd"))
+    assert rejection(raw).code is ErrorCode.INVALID_TOOL_CALL
