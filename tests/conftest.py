@@ -17,15 +17,12 @@ import structlog
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.db.engine import Database
 from gateway.db.migrate import upgrade_to_head
 from gateway.db.models import Base
-from gateway.demo import seed_demo
-from gateway.settings import Settings
 from gateway.tools.registry import ToolRegistry
+from tests.support.app import make_settings, seeded
 from tests.support.logs import CapturedLogs
 from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
-from tests.support.tokens import TEST_SECRET
 
 
 def _admin(server: PostgresServer, *statements: str) -> None:
@@ -149,26 +146,6 @@ def database_url(request: pytest.FixtureRequest) -> str:
     """Backend-independent behaviour runs on both: a fresh migrated database with the demo tenants."""
     fixture = "seeded_sqlite_url" if request.param == "sqlite" else "seeded_pg_url"
     return request.getfixturevalue(fixture)
-
-
-def make_settings(database_url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": database_url,
-        "jwt_secret": TEST_SECRET,
-        "jwt_leeway_s": 0,
-        "policy_cache_s": 0.0,
-        "log_level": "WARNING",
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
-async def seeded(database_url: str) -> None:
-    db = Database.from_settings(Settings(database_url=database_url))
-    try:
-        await seed_demo(db)
-    finally:
-        await db.dispose()
 
 
 @pytest.fixture
