@@ -6,12 +6,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.di import NamedDependency, Provide
 
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of, provide_runs
 from gateway.api.openapi import error_responses, raw_json_body
+from gateway.api.params import ResourceId
 from gateway.api.schemas import RunCreate, RunLimits, RunLimitsIn, RunUsage, RunView, ToolCallsResponse, ToolMessageOut
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
@@ -58,7 +59,7 @@ class RunController(Controller):
         return run_view(row, datetime.now(UTC))
 
     @get("/{run_id:str}", summary="Read a run", responses=error_responses(400, 401, 404, 503))
-    async def get_run(self, request: Request, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunView:
+    async def get_run(self, request: Request, runs: NamedDependency[RunService], run_id: ResourceId) -> RunView:
         """A run of another user or tenant is not found."""
         row = await runs.get(principal_of(request), run_id)
         return run_view(row, datetime.now(UTC))
@@ -72,7 +73,7 @@ class RunController(Controller):
         ),
         responses=error_responses(400, 401, 404, 413, 422, 503),
     )
-    async def execute_tool_calls(self, request: Request, run_id: FromPath[str]) -> ToolCallsResponse:
+    async def execute_tool_calls(self, request: Request, run_id: ResourceId) -> ToolCallsResponse:
         """Run each call through the guards and answer one `role=tool` message per call, in the order given."""
         executor: ToolExecutor = request.app.state.executor
         body = await request.body()
