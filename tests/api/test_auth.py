@@ -148,3 +148,9 @@ async def test_the_tenant_and_user_come_from_the_token_not_from_headers(client):
     headers = {**auth_for("alice"), "X-Tenant-ID": "globex", "X-User-ID": "carol"}
     run = (await client.post("/v1/runs", headers=headers)).json()
     assert (run["tenant_id"], run["user_id"]) == ("acme", "alice")
+
+
+async def test_an_identity_claim_holding_nul_is_unauthenticated(client):
+    # Signed or not, such an identity could never be stored (PostgreSQL text cannot hold NUL).
+    response = await client.post("/v1/runs", headers=auth_for("alice", extra={"sub": "alice\u0000"}))
+    assert_unauthenticated(response)

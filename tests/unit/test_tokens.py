@@ -137,7 +137,11 @@ async def test_a_missing_claim_is_refused(claim):
     assert await refused(TokenVerifier(settings()), make_token(drop=(claim,))) in ("claim_type", "invalid")
 
 
-@pytest.mark.parametrize("changes", [{"sub": ""}, {"tenant_id": ""}, {"roles": [""]}, {"sub": "x" * 129}])
+@pytest.mark.parametrize(
+    "changes",
+    [{"sub": ""}, {"tenant_id": ""}, {"roles": [""]}, {"sub": "x" * 129}, {"sub": "a\x00b"}, {"tenant_id": "acme\x00"},
+     {"roles": ["member\x00"]}],
+)
 async def test_an_empty_or_oversized_identity_is_refused(changes):
     assert await refused(TokenVerifier(settings()), make_token(extra=changes)) == "claim_value"
 
