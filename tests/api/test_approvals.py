@@ -3,10 +3,13 @@ requester; every decision is final."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
+from gateway.db.models import Approval, RolePermission
 from gateway.execution.approvals import idempotency_key_for
 from tests.support import db
 from tests.support.approvals import CAROL, approve, reject, request_approval
@@ -322,3 +325,69 @@ async def test_approving_an_expired_approval_is_approval_expired_and_runs_nothin
     assert code_of(await resend(client, run_id)) == "APPROVAL_EXPIRED"
     (row,) = await db.approvals(database_url, id=approval_id)
     assert row.status == "expired"
+
+
+# --- what the approved execution may and may not do ---------------------------------------
+
+
+async def test_a_requester_who_lost_the_permission_meanwhile_is_permission_denied(client, database_url, pending):
+    run_id, approval_id = pending
+    table = RolePermission.__table__
+    await db.execute(
+        database_url,
+        sa.delete(table).where(table.c.tenant_id == "acme", table.c.role == "editor", table.c.permission == "articles:write"),
+    )
+    view = (await approve(client, approval_id)).json()
+    assert (view["status"], view["outcome"]["code"]) == ("failed", "PERMISSION_DENIED")
+    assert await db.articles(database_url, title=NEW_ARTICLE["title"]) == []
+
+
+async def test_arguments_changed_after_the_request_are_never_executed(client, database_url, pending, logs):
+    _, approval_id = pending
+    table = Approval.__table__
+    tampered = {"title": "Tampered", "body": "Not what was approved."}
+    await db.execute(database_url, sa.update(table).where(table.c.id == approval_id).values(arguments=tampered))
+    view = (await approve(client, approval_id)).json()
+    assert (view["status"], view["outcome"]["code"]) == ("failed", "TOOL_EXECUTION_FAILED")
+    assert await db.articles(database_url, title="Tampered") == []
+    (event,) = logs.named("approval_arguments_tampered")
+    assert event["error_id"] == view["outcome"]["error"]["error_id"]
+
+
+async def test_a_failing_approved_call_leaves_none_of_its_writes(client, database_url, probe):
+    run = await create_run(client, BOB)
+    approval_id = await request_approval(client, run["id"], BOB, "c1", "write_then_fail", {"text": "Half written"})
+    view = (await approve(client, approval_id)).json()
+    assert (view["status"], view["outcome"]["code"]) == ("failed", "TOOL_EXECUTION_FAILED")
+    assert "failed after writing" not in json.dumps(view)
+    assert probe.executions == {"c1": 1}
+    assert await db.articles(database_url, title="Half written") == []
+
+
+async def test_an_approved_call_over_its_timeout_is_cancelled_and_its_writes_undone(client, database_url, probe):
+    run = await create_run(client, BOB)
+    approval_id = await request_approval(client, run["id"], BOB, "c1", "slow_write", {"seconds": 30})
+    view = (await approve(client, approval_id)).json()
+    assert (view["status"], view["outcome"]["code"]) == ("failed", "TOOL_TIMEOUT")
+    assert probe.cancelled == ["c1"]
+    assert await db.articles(database_url, title="slow write") == []
+
+
+async def test_sensitive_arguments_are_redacted_in_the_approval_view_but_executed_whole(client, database_url, probe):
+    run = await create_run(client, BOB)
+    arguments = {"name": "api", "secret": "sk-live-do-not-show"}
+    approval_id = await request_approval(client, run["id"], BOB, "c1", "store_secret", arguments)
+    listed = (await client.get("/v1/admin/approvals", headers=CAROL)).text
+    view = (await approve(client, approval_id)).json()
+    assert view["arguments"] == {"name": "api", "secret": "[REDACTED]"}
+    assert "sk-live-do-not-show" not in listed + json.dumps(view)
+    assert probe.executions == {"c1": 1}
+    for row in await db.audit_rows(database_url, approval_id=approval_id):
+        assert row.arguments == {"name": "api", "secret": "[REDACTED]"}
+
+
+async def test_the_decision_is_audited_with_its_request_id(client, database_url, pending):
+    _, approval_id = pending
+    await client.post(f"/v1/admin/approvals/{approval_id}/approve", headers={**CAROL, "X-Request-ID": "approve-42"})
+    rows = await db.audit_rows(database_url, approval_id=approval_id, request_id="approve-42")
+    assert {(r.kind, r.outcome) for r in rows} == {("approval_decision", "APPROVED"), ("tool_call", "OK")}

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 import sqlalchemy as sa
 
+from gateway.services.articles import ArticleService
 from gateway.tools.base import Tool, ToolContext, struct_tool
 from gateway.tools.builtin import CALCULATOR_USE, Strict, builtin_tools
 from gateway.tools.registry import ToolRegistry
@@ -72,6 +73,11 @@ class LoginArgs(Strict):
     vault: Literal["main", "backup"] = "main"
 
 
+class SecretArgs(Strict):
+    name: str
+    secret: str
+
+
 def probe_tools(probe: Probe) -> list[Tool]:
     @struct_tool(name="sleep", description="Sleep.", arguments=SleepArgs, permission=CALCULATOR_USE,
                  timeout_s=SLEEP_TIMEOUT_S)
@@ -129,7 +135,33 @@ def probe_tools(probe: Probe) -> list[Tool]:
         await asyncio.sleep(0.05)  # long enough for concurrent approvers to overlap
         return {"written": args.text}
 
-    return [sleep, rendezvous, explode, bad_sql, big, count, login, write_note]
+    @struct_tool(name="write_then_fail", description="Writes, then fails.", arguments=NoteArgs,
+                 permission="articles:write", mutates=True)
+    async def write_then_fail(ctx: ToolContext, args: NoteArgs) -> object:
+        async with ctx.write_transaction() as conn:
+            await ArticleService(conn).create(ctx.principal, title=args.text, body="half-done")
+        probe.executions[ctx.tool_call_id] += 1
+        raise RuntimeError("failed after writing")
+
+    @struct_tool(name="slow_write", description="A change that takes too long.", arguments=SleepArgs,
+                 permission="articles:write", mutates=True, timeout_s=SLEEP_TIMEOUT_S)
+    async def slow_write(ctx: ToolContext, args: SleepArgs) -> object:
+        async with ctx.write_transaction() as conn:
+            await ArticleService(conn).create(ctx.principal, title="slow write", body="never committed")
+        try:
+            await asyncio.sleep(args.seconds)
+        except asyncio.CancelledError:
+            probe.cancelled.append(ctx.tool_call_id)
+            raise
+        return {"slept": args.seconds}
+
+    @struct_tool(name="store_secret", description="Store a secret.", arguments=SecretArgs,
+                 permission="articles:write", mutates=True, sensitive_fields=frozenset({"secret"}))
+    async def store_secret(ctx: ToolContext, args: SecretArgs) -> object:
+        probe.executions[ctx.tool_call_id] += 1
+        return {"stored": args.name}
+
+    return [sleep, rendezvous, explode, bad_sql, big, count, login, write_note, write_then_fail, slow_write, store_secret]
 
 
 def registry_with_probe(probe: Probe) -> ToolRegistry:
