@@ -157,3 +157,33 @@ async def test_retries_of_one_call_across_processes_execute_it_once(fleet, http,
     assert {code_of(c) for c in contents} <= {"OK", "TOOL_CALL_IN_PROGRESS"}
     executed = [r for r in await db.audit_rows(fleet_database, run_id=run_id) if r.kind == "tool_call"]
     assert len(executed) == 1 and executed[0].outcome == "OK"
+
+
+async def test_concurrent_identical_calls_never_exceed_the_repeat_limit(server, http, probe):
+    run_id = await new_run(http, server, ALICE, max_repeats=3)
+    calls = [tool_call(f"c{i}", "count", {"text": "identical"}) for i in range(20)]
+    contents = await call_each(http, [server], run_id, calls, ALICE)
+    assert Counter(code_of(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 17}
+    assert sum(probe.executions.values()) == 3
+
+
+async def test_the_repeat_limit_holds_across_gateway_processes(fleet, http):
+    run_id = await new_run(http, fleet[0], ALICE, max_repeats=3)
+    calls = [tool_call(f"c{i}", "add", {"a": 40, "b": 2}) for i in range(21)]
+    contents = await call_each(http, fleet, run_id, calls, ALICE)
+    assert Counter(code_of(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 18}
+
+
+@pytest.fixture
+def sqlite_server(seeded_sqlite_url: str, probe: Probe) -> Iterator[str]:
+    app = create_app(make_settings(seeded_sqlite_url), registry=registry_with_probe(probe))
+    with serve_in_thread(app) as base_url:
+        yield base_url
+
+
+async def test_concurrent_requests_never_exceed_the_budget_on_sqlite_either(sqlite_server, http, probe, seeded_sqlite_url):
+    run_id = await new_run(http, sqlite_server, ALICE, max_tool_calls=BUDGET)
+    calls = [tool_call(f"c{i}", "count", {"text": str(i)}) for i in range(CONCURRENT_REQUESTS)]
+    contents = await call_each(http, [sqlite_server], run_id, calls, ALICE)
+    await assert_exactly_budget_executed(seeded_sqlite_url, run_id, contents)
+    assert sum(probe.executions.values()) == BUDGET
