@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+import sqlalchemy as sa
+
+from gateway.db.models import Approval
+from tests.support import db
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
 
@@ -92,3 +97,24 @@ async def test_each_request_gets_its_own_request_id(client):
     first = await client.get("/healthz")
     second = await client.get("/healthz")
     assert first.headers["x-request-id"] != second.headers["x-request-id"]
+
+
+async def test_an_unexpected_error_is_internal_error_with_an_error_id_and_no_trace(client, database_url, logs):
+    # Corrupt a stored outcome so that reading the approval fails in an unforeseen way.
+    run = (await client.post("/v1/runs", headers=auth_for("bob"))).json()
+    body = {"tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "create_article", "arguments": '{"title": "t", "body": "b"}'}}]}
+    content = (await client.post(f"/v1/runs/{run['id']}/tool-calls", json=body, headers=auth_for("bob"))).json()
+    approval_id = json.loads(content["messages"][0]["content"])["error"]["approval_id"]
+    table = Approval.__table__
+    await db.execute(
+        database_url,
+        sa.update(table).where(table.c.id == approval_id).values(outcome="OK", outcome_content="{corrupt <secret-marker>"),
+    )
+    response = await client.get(f"/v1/approvals/{approval_id}", headers=auth_for("bob"))
+    error = assert_error(response, 500, "INTERNAL_ERROR")
+    for detail in ("secret-marker", "Traceback", "DecodeError", "msgspec", "approvals.py"):
+        assert detail not in response.text
+    (event,) = logs.named("unhandled_exception")
+    assert event["error_id"] == error["error_id"]
+    assert "Traceback" in event["exception"]

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 
 from gateway.db.models import Article, Role, RolePermission, Tenant, User
 from tests.support import db
+from tests.support.servers import free_port
 from tests.support.tokens import TEST_SECRET, auth
 
 
@@ -80,3 +84,45 @@ def test_gateway_migrate_creates_the_schema(tmp_path):
     done = gateway("migrate", GATEWAY_DATABASE_URL=url)
     assert done.returncode == 0, done.stderr
     assert asyncio.run(db.rows(url, sa.select(Tenant.__table__))) == []
+
+
+def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line(tmp_path):
+    """The README quick start: an embedded SQLite file, the demo tenants, a token per user."""
+    port = free_port()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--demo", "--port", str(port)],
+        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, "the demo server exited"
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the demo server did not start"
+            time.sleep(0.1)
+        os.set_blocking(process.stdout.fileno(), False)
+        banner = process.stdout.read().decode()
+        tokens = re.findall(r"^\s+(eyJ[\w-]+\.[\w-]+\.[\w-]+)$", banner, re.M)
+        assert len(tokens) == 6  # alice, bob, carol in acme and globex
+        (curl,) = [line for line in banner.splitlines() if line.strip().startswith("curl ")]
+        header = re.search(r"'Authorization: Bearer ([^']+)'", curl).group(1)
+        listed = httpx.get(f"{base}/v1/tools", headers={"Authorization": f"Bearer {header}"}, timeout=5)
+        assert listed.status_code == 200 and listed.json()["tools"]
+        for token in tokens:
+            assert httpx.post(f"{base}/v1/runs", headers={"Authorization": f"Bearer {token}"}, timeout=5).status_code == 201
+        assert (tmp_path / "gateway.db").exists()
+        assert (tmp_path / ".gateway-demo-secret").stat().st_mode & 0o777 == 0o600
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+        process.stdout.close()
