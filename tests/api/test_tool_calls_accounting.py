@@ -211,3 +211,25 @@ async def test_an_expired_run_still_answers_replays(client, database_url):
     first = await send_one(client, run["id"], ALICE, "c1", "add", {"a": 1, "b": 2})
     await db.expire_run(database_url, run["id"])
     assert await send_one(client, run["id"], ALICE, "c1", "add", {"a": 1, "b": 2}) == first
+
+
+# --- calls that wait for approval are attempts too -----------------------------------------
+
+BOB = auth_for("bob")
+
+
+async def test_a_call_waiting_for_approval_counts_against_the_budget(client, database_url):
+    run = await create_run(client, BOB, max_tool_calls=1)
+    first = await send_one(client, run["id"], BOB, "c1", "create_article", {"title": "t", "body": "b"})
+    assert code_of(first) == "APPROVAL_REQUIRED"
+    second = await send_one(client, run["id"], BOB, "c2", "create_article", {"title": "t2", "body": "b"})
+    assert code_of(second) == "BUDGET_EXCEEDED"
+    assert len(await db.approvals(database_url, run_id=run["id"])) == 1
+
+
+async def test_repeating_a_mutating_call_past_the_limit_creates_no_further_approval(client, database_url):
+    run = await create_run(client, BOB, max_repeats=2)
+    arguments = {"article_id": "art_demo_acme_1"}
+    codes = [code_of(await send_one(client, run["id"], BOB, f"c{i}", "delete_article", arguments)) for i in range(3)]
+    assert codes == ["APPROVAL_REQUIRED", "APPROVAL_REQUIRED", "REPEATED_CALL"]
+    assert len(await db.approvals(database_url, run_id=run["id"])) == 2
