@@ -96,6 +96,7 @@ async def test_a_body_that_is_not_a_batch_object_is_invalid_tool_call(client, da
     )
     assert_error(response, 422, "INVALID_TOOL_CALL")
     await assert_nothing_ran(client, database_url, probe, run["id"])
+    await assert_rejection_audited(database_url, run["id"], "INVALID_TOOL_CALL")
 
 
 async def test_an_empty_list_of_calls_is_invalid_tool_call(client, database_url, probe):
