@@ -13,15 +13,16 @@ from typing import Any
 
 import asyncpg
 import pytest
+import structlog
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.db.engine import Database
 from gateway.db.migrate import upgrade_to_head
-from gateway.demo import seed_demo
-from gateway.settings import Settings
+from gateway.db.models import Base
+from gateway.tools.registry import ToolRegistry
+from tests.support.app import make_settings, seeded
+from tests.support.logs import CapturedLogs
 from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
-from tests.support.tokens import TEST_SECRET
 
 
 def _admin(server: PostgresServer, *statements: str) -> None:
@@ -58,12 +59,55 @@ def pg_template(postgres: PostgresServer) -> Iterator[str]:
     _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _pg_copy(server: PostgresServer, template: str) -> Iterator[str]:
+    name = f"gw_t_{uuid.uuid4().hex[:12]}"
+    _admin(server, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    yield server.sqlalchemy_url(name)
+    _admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def pg_url(postgres: PostgresServer, pg_template: str) -> Iterator[str]:
-    name = f"gw_t_{uuid.uuid4().hex[:12]}"
+    """A fresh migrated PostgreSQL database."""
+    yield from _pg_copy(postgres, pg_template)
+
+
+@pytest.fixture(scope="session")
+def pg_seeded_database(postgres: PostgresServer, pg_template: str) -> Iterator[str]:
+    """One migrated database for the session, emptied and seeded anew for each test that uses
+    it: dropping a database forces a checkpoint, which on a busy machine costs seconds."""
+    name = f"gw_seeded_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    yield postgres.sqlalchemy_url(name)
+    yield name
     _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _empty(dsn: str, database: str) -> None:
+    tables = ", ".join(f'"{table.name}"' for table in Base.metadata.sorted_tables)
+    conn = await asyncpg.connect(dsn)
+    try:
+        # Whatever a previous test left connected must not hold a lock on a table.
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            database,
+        )
+        await conn.execute("SET lock_timeout = '10s'")
+        await conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def seeded_pg_url(postgres: PostgresServer, pg_seeded_database: str) -> str:
+    """A migrated PostgreSQL database holding only the demo tenants."""
+    url = postgres.sqlalchemy_url(pg_seeded_database)
+
+    async def reset() -> None:
+        await _empty(postgres.dsn_for(pg_seeded_database), pg_seeded_database)
+        await seeded(url)
+
+    asyncio.run(reset())
+    return url
 
 
 @pytest.fixture(scope="session")
@@ -73,38 +117,35 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def sqlite_seeded_template(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-seeded-template") / "template.db"
+    shutil.copyfile(sqlite_template, path)
+    asyncio.run(seeded(f"sqlite+aiosqlite:///{path}"))
+    return path
+
+
 @pytest.fixture
 def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """A fresh migrated SQLite database."""
     path = tmp_path / "gateway.db"
     shutil.copyfile(sqlite_template, path)
     return f"sqlite+aiosqlite:///{path}"
 
 
+@pytest.fixture
+def seeded_sqlite_url(sqlite_seeded_template: Path, tmp_path: Path) -> str:
+    """A fresh migrated SQLite database with the demo tenants."""
+    path = tmp_path / "gateway-seeded.db"
+    shutil.copyfile(sqlite_seeded_template, path)
+    return f"sqlite+aiosqlite:///{path}"
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest) -> str:
-    """Backend-independent behaviour runs on both."""
-    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    """Backend-independent behaviour runs on both: a fresh migrated database with the demo tenants."""
+    fixture = "seeded_sqlite_url" if request.param == "sqlite" else "seeded_pg_url"
     return request.getfixturevalue(fixture)
-
-
-def make_settings(database_url: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "database_url": database_url,
-        "jwt_secret": TEST_SECRET,
-        "jwt_leeway_s": 0,
-        "policy_cache_s": 0.0,
-        "log_level": "WARNING",
-    }
-    values.update(overrides)
-    return Settings(**values)
-
-
-async def seeded(database_url: str) -> None:
-    db = Database.from_settings(Settings(database_url=database_url))
-    try:
-        await seed_demo(db)
-    finally:
-        await db.dispose()
 
 
 @pytest.fixture
@@ -114,16 +155,35 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client(database_url: str, settings_overrides: dict[str, Any]) -> AsyncIterator[AsyncTestClient]:
-    await seeded(database_url)
-    app = create_app(make_settings(database_url, **settings_overrides))
+def tool_registry() -> ToolRegistry | None:
+    """Override in a test module to serve other tools (None: the built-in ones)."""
+    return None
+
+
+@pytest.fixture
+async def client(
+    database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
+) -> AsyncIterator[AsyncTestClient]:
+    app = create_app(make_settings(database_url, **settings_overrides), registry=tool_registry)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
 
 
 @pytest.fixture
-async def pg_client(pg_url: str, settings_overrides: dict[str, Any]) -> AsyncIterator[AsyncTestClient]:
-    await seeded(pg_url)
-    app = create_app(make_settings(pg_url, **settings_overrides))
+async def pg_client(
+    seeded_pg_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
+) -> AsyncIterator[AsyncTestClient]:
+    app = create_app(make_settings(seeded_pg_url, **settings_overrides), registry=tool_registry)
     async with AsyncTestClient(app=app) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def logs() -> Iterator[CapturedLogs]:
+    """Everything structlog emits during the test, through the gateway's own processors."""
+    captured = CapturedLogs()
+    captured.install()
+    try:
+        yield captured
+    finally:
+        structlog.reset_defaults()

@@ -12,7 +12,7 @@ import msgspec
 from litestar import Controller, Request, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 
 from gateway.admin.service import (
     ROLES_MANAGE,
@@ -22,6 +22,7 @@ from gateway.admin.service import (
     TenantState,
     ToolPolicyState,
 )
+from gateway.api.params import Name
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
@@ -174,14 +175,14 @@ class RoleAdminController(Controller):
         )
         return role_view(role)
 
-    @get("/{name:str}", summary="Read a role", responses=error_responses(401, 403, 404, 503))
-    async def get_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: FromPath[str]) -> RoleView:
+    @get("/{name:str}", summary="Read a role", responses=error_responses(400, 401, 403, 404, 503))
+    async def get_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: Name) -> RoleView:
         """A role of the caller's tenant (another tenant's is not found)."""
         return role_view(await admin.get_role(principal_of(request), name))
 
     @put("/{name:str}", summary="Change a role", responses=error_responses(400, 401, 403, 404, 409, 503))
     async def replace_role(
-        self, request: Request, admin: NamedDependency[TenantAdmin], name: FromPath[str], data: JSONBody[RoleUpdate]
+        self, request: Request, admin: NamedDependency[TenantAdmin], name: Name, data: JSONBody[RoleUpdate]
     ) -> RoleView:
         """Replaces its permissions (and description, when given). A change that would take
         `roles:manage` away from the caller's own roles is `409 CONFLICT`."""
@@ -191,8 +192,8 @@ class RoleAdminController(Controller):
         )
         return role_view(role)
 
-    @delete("/{name:str}", status_code=204, summary="Delete a role", responses=error_responses(401, 403, 404, 409, 503))
-    async def delete_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: FromPath[str]) -> None:
+    @delete("/{name:str}", status_code=204, summary="Delete a role", responses=error_responses(400, 401, 403, 404, 409, 503))
+    async def delete_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: Name) -> None:
         """Tokens naming the role keep working but it grants nothing any more."""
         await admin.delete_role(principal_of(request), name, request_id=request_id_of(request.scope))
 
@@ -208,16 +209,16 @@ class ToolPolicyAdminController(Controller):
         """Every tool the gateway has, disabled ones included, with the policy in force."""
         return ToolPolicyList(items=[policy_view(s) for s in await admin.list_tool_policies(principal_of(request))])
 
-    @get("/{tool:str}", summary="Read a tool's policy", responses=error_responses(401, 403, 404, 503))
+    @get("/{tool:str}", summary="Read a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
     async def get_policy(
-        self, request: Request, admin: NamedDependency[TenantAdmin], tool: FromPath[str]
+        self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name
     ) -> ToolPolicyView:
         """The tenant's policy for one tool (the default when none was set)."""
         return policy_view(await admin.get_tool_policy(principal_of(request), tool))
 
     @put("/{tool:str}", summary="Set a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
     async def put_policy(
-        self, request: Request, admin: NamedDependency[TenantAdmin], tool: FromPath[str], data: JSONBody[ToolPolicyIn]
+        self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name, data: JSONBody[ToolPolicyIn]
     ) -> ToolPolicyView:
         """Replaces the tool's policy; `GET /v1/tools` and execution follow it at once."""
         policy = ToolPolicy(
@@ -233,9 +234,9 @@ class ToolPolicyAdminController(Controller):
         )
         return policy_view(state)
 
-    @delete("/{tool:str}", status_code=200, summary="Reset a tool's policy", responses=error_responses(401, 403, 404, 503))
+    @delete("/{tool:str}", status_code=200, summary="Reset a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
     async def reset_policy(
-        self, request: Request, admin: NamedDependency[TenantAdmin], tool: FromPath[str]
+        self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name
     ) -> ToolPolicyView:
         """Back to the default policy."""
         return policy_view(

@@ -10,11 +10,12 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromQuery, JSONBody, QueryParameter
 
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of, provide_approvals
 from gateway.api.openapi import error_responses
+from gateway.api.params import ResourceId
 from gateway.api.schemas import ApprovalOutcome, ApprovalPage, ApprovalView, ErrorInfo, RejectBody
 from gateway.auth.guards import requires_permission
 from gateway.errors import ErrorCode, GatewayError
@@ -76,8 +77,8 @@ class ApprovalController(Controller):
     tags = ["approvals"]
     dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
 
-    @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(401, 404, 503))
-    async def get_approval(self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str]) -> ApprovalView:
+    @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(400, 401, 404, 503))
+    async def get_approval(self, request: Request, service: NamedDependency[ApprovalService], approval_id: ResourceId) -> ApprovalView:
         """The requester (or an approver) reads the approval's status and, once executed, its outcome."""
         row = await service.get_for_requester(principal_of(request), approval_id)
         return approval_view(row, service, datetime.now(UTC))
@@ -114,10 +115,10 @@ class AdminApprovalController(Controller):
         "/{approval_id:str}/approve",
         status_code=200,
         summary="Approve and execute the call",
-        responses=error_responses(401, 403, 404, 409, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 503),
     )
     async def approve(
-        self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str]
+        self, request: Request, service: NamedDependency[ApprovalService], approval_id: ResourceId
     ) -> ApprovalView:
         """Executes the frozen call exactly once, as its requester; answers the approval with its outcome."""
         row = await service.approve(principal_of(request), approval_id, request_id=request_id_of(request.scope))
@@ -127,10 +128,10 @@ class AdminApprovalController(Controller):
         "/{approval_id:str}/reject",
         status_code=200,
         summary="Reject the call",
-        responses=error_responses(400, 401, 403, 404, 409, 503),
+        responses=error_responses(400, 401, 403, 404, 409, 413, 503),
     )
     async def reject(
-        self, request: Request, service: NamedDependency[ApprovalService], approval_id: FromPath[str], data: JSONBody[RejectBody]
+        self, request: Request, service: NamedDependency[ApprovalService], approval_id: ResourceId, data: JSONBody[RejectBody]
     ) -> ApprovalView:
         """The call's outcome becomes `APPROVAL_REJECTED`, with the reason."""
         row = await service.reject(principal_of(request), approval_id, data.reason, request_id=request_id_of(request.scope))

@@ -15,7 +15,7 @@ from litestar.params import QueryParameter
 from litestar.response import Stream
 
 from gateway.api.dependencies import principal_of
-from gateway.api.openapi import error_responses
+from gateway.api.openapi import error_responses, streamed_text_response
 from gateway.audit.export import FORMATS, export_chunks
 from gateway.audit.queries import AuditFilters, page
 from gateway.auth.guards import requires_permission
@@ -134,6 +134,13 @@ class AuditController(Controller):
         "/export",
         summary="Export the tenant's audit rows (JSON Lines or CSV)",
         responses=error_responses(400, 401, 403, 503),
+        operation_class=streamed_text_response(
+            {
+                "application/x-ndjson": "format=jsonl: one JSON object per row, the fields of an audit item.",
+                "text/csv": "format=csv: a header line, then one line per row.",
+            },
+            "The matching rows, newest first, streamed.",
+        ),
     )
     async def export_audit(
         self,

@@ -22,7 +22,7 @@ import structlog
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.response import Stream
 
 from gateway.agent.loop import LoopOutcome, LoopRun, TraceEntry
@@ -45,6 +45,7 @@ from gateway.api.chat_schemas import (
     ToolCallOut,
     TraceItem,
 )
+from gateway.api.params import ResourceId
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
@@ -86,13 +87,13 @@ class ChatController(Controller):
         "/runs/{run_id:str}/resume",
         status_code=200,
         summary="Resume an agent run after its approvals were decided",
-        responses=error_responses(401, 404, 409, 502, 503, 504),
+        responses=error_responses(400, 401, 404, 409, 502, 503, 504),
     )
     async def resume_run(
         self,
         request: Request,
         agent: NamedDependency[AgentService],
-        run_id: FromPath[str],
+        run_id: ResourceId,
         data: JSONBody[ResumeRequest | None] = None,
     ) -> Response[ChatCompletion]:
         """The decided calls are answered from their stored outcome in place of `APPROVAL_REQUIRED` and the loop

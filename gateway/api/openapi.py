@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import msgspec
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
+from litestar.openapi.spec import (
+    OpenAPIMediaType,
+    OpenAPIResponse,
+    OpenAPIType,
+    Operation,
+    RequestBody,
+    Schema,
+)
 
 from gateway.api.schemas import ErrorEnvelope
 from gateway.tools.base import inline_json_schema
@@ -44,6 +51,23 @@ def raw_json_body(struct: type[msgspec.Struct], description: str) -> type[Operat
             )
 
     return OperationWithBody
+
+
+def streamed_text_response(media_types: dict[str, str], description: str) -> type[Operation]:
+    """A 200 whose body is streamed text in one of ``media_types`` (type → what it holds)."""
+
+    @dataclass
+    class OperationWithStream(Operation):
+        def __post_init__(self) -> None:
+            content = {
+                media: OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING, description=what))
+                for media, what in media_types.items()
+            }
+            responses = dict(self.responses or {})
+            responses["200"] = OpenAPIResponse(description=description, content=content)
+            self.responses = responses
+
+    return OperationWithStream
 
 
 def error_responses(*statuses: int) -> dict[int, ResponseSpec]:

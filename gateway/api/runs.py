@@ -7,12 +7,13 @@ from typing import Any
 
 import msgspec
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, JSONBody
+from litestar.params import JSONBody
 from litestar.di import NamedDependency, Provide
 
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of, provide_runs
 from gateway.api.openapi import error_responses, raw_json_body
+from gateway.api.params import ResourceId
 from gateway.api.schemas import (
     HistoryMessage,
     RunCreate,
@@ -67,7 +68,7 @@ class RunController(Controller):
     tags = ["runs"]
     dependencies = {"runs": Provide(provide_runs, sync_to_thread=False)}
 
-    @post("/", status_code=201, summary="Create a run", responses=error_responses(400, 401, 403, 503))
+    @post("/", status_code=201, summary="Create a run", responses=error_responses(400, 401, 403, 413, 503))
     async def create_run(
         self, request: Request, runs: NamedDependency[RunService], data: JSONBody[RunCreate | None] = None
     ) -> RunView:
@@ -87,8 +88,8 @@ class RunController(Controller):
         row = await runs.create(principal_of(request), limits)
         return run_view(row, datetime.now(UTC))
 
-    @get("/{run_id:str}", summary="Read a run", responses=error_responses(401, 404, 503))
-    async def get_run(self, request: Request, runs: NamedDependency[RunService], run_id: FromPath[str]) -> RunView:
+    @get("/{run_id:str}", summary="Read a run", responses=error_responses(400, 401, 404, 503))
+    async def get_run(self, request: Request, runs: NamedDependency[RunService], run_id: ResourceId) -> RunView:
         """A run of another user or tenant is not found. An agent run also shows its loop state, token usage and
         the messages of its history."""
         principal = principal_of(request)
@@ -103,9 +104,9 @@ class RunController(Controller):
         operation_class=raw_json_body(
             ToolCallBatch, "The assistant message's `tool_calls`, exactly as the model produced them."
         ),
-        responses=error_responses(401, 404, 413, 422, 503),
+        responses=error_responses(400, 401, 404, 413, 422, 503),
     )
-    async def execute_tool_calls(self, request: Request, run_id: FromPath[str]) -> ToolCallsResponse:
+    async def execute_tool_calls(self, request: Request, run_id: ResourceId) -> ToolCallsResponse:
         """Run each call through the guards and answer one `role=tool` message per call, in the order given."""
         executor: ToolExecutor = request.app.state.executor
         body = await request.body()

@@ -148,7 +148,8 @@ class ApprovalPage(msgspec.Struct):
 
 
 class RejectBody(Input):
-    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+    # No NUL: PostgreSQL text and jsonb cannot store it.
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=1000, pattern=r"^[^\x00]*$")]
 
 
 class ErrorBody(msgspec.Struct, omit_defaults=True):

@@ -23,10 +23,19 @@ class JwksKeyNotFound(Exception):
 
 
 class JwksCache:
-    def __init__(self, url: str, client: httpx.AsyncClient, *, cache_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        *,
+        cache_s: float,
+        timeout_s: float,
+        min_refresh_interval_s: float = MIN_REFRESH_INTERVAL_S,
+    ) -> None:
         self._url = url
         self._client = client
         self._cache_s = cache_s
+        self._min_refresh_interval_s = min_refresh_interval_s
         self._timeout = httpx.Timeout(timeout_s)
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at = 0.0
@@ -41,7 +50,7 @@ class JwksCache:
         async with self._lock:
             now = time.monotonic()
             stale = now - self._fetched_at >= self._cache_s
-            may_refresh = now - self._fetched_at >= MIN_REFRESH_INTERVAL_S
+            may_refresh = now - self._fetched_at >= self._min_refresh_interval_s
             if (kid not in self._keys and may_refresh) or stale:
                 await self._refresh()
         try:
@@ -57,7 +66,7 @@ class JwksCache:
         except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
             # Keep serving the keys we have; the next unknown kid tries again after the interval.
             log.warning("jwks_refresh_failed", error_type=type(exc).__name__)
-            self._fetched_at = time.monotonic() - self._cache_s + MIN_REFRESH_INTERVAL_S
+            self._fetched_at = time.monotonic() - self._cache_s + self._min_refresh_interval_s
             return
         self._keys = {key.key_id: key for key in keyset.keys if key.key_id}
         self._fetched_at = time.monotonic()

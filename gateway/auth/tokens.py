@@ -19,6 +19,11 @@ from gateway.settings import Settings
 _KEY_FAMILY = {"HS": "oct", "RS": "RSA", "PS": "RSA", "ES": "EC"}
 
 
+def _bad_text(value: str, max_length: int) -> bool:
+    """Empty, too long, or holding NUL (which no database text column can store)."""
+    return not value or len(value) > max_length or "\x00" in value
+
+
 class InvalidToken(Exception):
     """The token cannot be trusted; ``reason`` is a short, token-free word for the logs."""
 
@@ -124,9 +129,9 @@ class TokenVerifier:
             claims = msgspec.convert(payload, Claims, strict=True)
         except msgspec.ValidationError:
             raise InvalidToken("claim_type") from None
-        if not claims.sub or len(claims.sub) > 128 or not claims.tenant_id or len(claims.tenant_id) > 64:
+        if _bad_text(claims.sub, 128) or _bad_text(claims.tenant_id, 64):
             raise InvalidToken("claim_value")
-        if any(not role or len(role) > 64 for role in claims.roles):
+        if any(_bad_text(role, 64) for role in claims.roles):
             raise InvalidToken("claim_value")
         not_before = payload.get("nbf")
         return claims, float(not_before) if isinstance(not_before, int | float) else None

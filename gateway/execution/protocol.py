@@ -83,6 +83,8 @@ def check_calls(calls: list[ToolCallIn], *, max_batch_size: int) -> list[ToolCal
             raise ProtocolError(
                 ErrorCode.INVALID_TOOL_CALL, f"{where}.id is longer than {MAX_TOOL_CALL_ID_LENGTH} characters."
             )
+        if "\x00" in call.id:
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.id must not contain NUL characters.")
         if call.type != "function":
             raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.type must be \"function\".")
         function = call.function
@@ -90,6 +92,8 @@ def check_calls(calls: list[ToolCallIn], *, max_batch_size: int) -> list[ToolCal
             raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is missing or empty.")
         if len(function.name) > MAX_TOOL_NAME_LENGTH:
             raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is too long.")
+        if "\x00" in function.name:
+            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name must not contain NUL characters.")
         if function.arguments is None:
             raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.arguments is missing.")
         if call.id in seen:

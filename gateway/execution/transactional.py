@@ -63,7 +63,7 @@ class TransactionalCalls:
         idempotency_key: str | None = None,
         log_fields: dict[str, Any] | None = None,
     ) -> CallOutcome:
-        if not tool.writes_gateway_db:
+        if tool.remote:
             return await self._run_outside(
                 tool, arguments, principal=principal, run_id=run_id, tool_call_id=tool_call_id,
                 request_id=request_id, record=record, idempotency_key=idempotency_key,

@@ -73,7 +73,28 @@ class StructArguments:
             raise ArgumentsInvalid(_safe_validation_message(str(exc), self._sensitive)) from None
         except msgspec.DecodeError:
             raise ArgumentsInvalid("Arguments must be a JSON object.") from None
-        return DecodedArguments(value=value, canonical=msgspec.json.encode(value, order="sorted"))
+        canonical = msgspec.json.encode(value, order="sorted")
+        refuse_nul(canonical)
+        return DecodedArguments(value=value, canonical=canonical)
+
+
+def refuse_nul(canonical: bytes) -> None:
+    """No database text can hold NUL: refuse it, naming the field, before anything is stored."""
+    if b"\\u0000" not in canonical:  # cheap pre-check; a literal backslash-u0000 text also matches
+        return
+    for name, field_value in msgspec.json.decode(canonical).items():
+        if _holds_nul(field_value):
+            raise ArgumentsInvalid(f"Invalid value for `{name}`: text must not contain NUL characters.")
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _safe_validation_message(message: str, sensitive: frozenset[str]) -> str:
@@ -96,7 +117,15 @@ def inline_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(node, dict):
             if "$ref" in node:
                 return resolve(defs[node["$ref"].rsplit("/", 1)[-1]])
-            return {k: resolve(v) for k, v in node.items() if k != "title"}
+            resolved: dict[str, Any] = {}
+            for key, value in node.items():
+                if key == "title":  # the annotation keyword; a *property* named "title" stays
+                    continue
+                if key == "properties" and isinstance(value, dict):
+                    resolved[key] = {name: resolve(schema) for name, schema in value.items()}
+                else:
+                    resolved[key] = resolve(value)
+            return resolved
         if isinstance(node, list):
             return [resolve(item) for item in node]
         return node
@@ -165,9 +194,12 @@ class Tool:
     sensitive_fields: frozenset[str] = frozenset()
     local: bool = False
     """The handler does no I/O (pure computation): it runs inline, without a timeout task."""
-    writes_gateway_db: bool = False
-    """The handler changes the gateway's own database (built-in services): a call that changes
-    data then runs inside the transaction that records its outcome, so both commit or neither."""
+    remote: bool = False
+    """The handler's effects live in another service (an HTTP tool), so none of them can join
+    the gateway's transaction: a call that changes data runs with no transaction open and
+    then records its outcome. Otherwise (the default) it runs inside the transaction that
+    records its outcome, so its writes to the gateway's database and the record commit
+    together or not at all."""
 
     def openai_definition(self) -> dict[str, Any]:
         return {
@@ -209,7 +241,7 @@ def struct_tool(
     max_result_bytes: int | None = None,
     sensitive_fields: frozenset[str] = frozenset(),
     local: bool = False,
-    writes_gateway_db: bool = False,
+    remote: bool = False,
 ) -> Callable[[Handler], Tool]:
     """Declare a tool from a handler and its argument Struct."""
 
@@ -225,7 +257,7 @@ def struct_tool(
             max_result_bytes=max_result_bytes,
             sensitive_fields=sensitive_fields,
             local=local,
-            writes_gateway_db=writes_gateway_db,
+            remote=remote,
         )
 
     return wrap

@@ -86,7 +86,6 @@ async def get_article(ctx: ToolContext, args: ArticleRef) -> object:
     arguments=CreateArticleArgs,
     permission=ARTICLES_WRITE,
     mutates=True,
-    writes_gateway_db=True,
 )
 async def create_article(ctx: ToolContext, args: CreateArticleArgs) -> object:
     async with ctx.write_transaction() as conn:
@@ -99,7 +98,6 @@ async def create_article(ctx: ToolContext, args: CreateArticleArgs) -> object:
     arguments=UpdateArticleArgs,
     permission=ARTICLES_WRITE,
     mutates=True,
-    writes_gateway_db=True,
 )
 async def update_article(ctx: ToolContext, args: UpdateArticleArgs) -> object:
     async with ctx.write_transaction() as conn:
@@ -114,7 +112,6 @@ async def update_article(ctx: ToolContext, args: UpdateArticleArgs) -> object:
     arguments=ArticleRef,
     permission=ARTICLES_WRITE,
     mutates=True,
-    writes_gateway_db=True,
 )
 async def delete_article(ctx: ToolContext, args: ArticleRef) -> object:
     async with ctx.write_transaction() as conn:

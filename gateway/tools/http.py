@@ -300,4 +300,5 @@ def http_tool(
         timeout_s=timeout_s,
         max_result_bytes=max_result_bytes,
         sensitive_fields=sensitive_fields,
+        remote=True,
     )

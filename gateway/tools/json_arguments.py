@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema_rs
 import msgspec
 
-from gateway.tools.base import ArgumentsInvalid, DecodedArguments
+from gateway.tools.base import ArgumentsInvalid, DecodedArguments, refuse_nul
 
 _decoder = msgspec.json.Decoder()
 
@@ -139,7 +139,9 @@ class JsonSchemaArguments:
             value = {**self._defaults, **value}
         for check in self._checks:
             check(value)
-        return DecodedArguments(value=value, canonical=msgspec.json.encode(value, order="sorted"))
+        canonical = msgspec.json.encode(value, order="sorted")
+        refuse_nul(canonical)
+        return DecodedArguments(value=value, canonical=canonical)
 
     def _explain(self, value: dict[str, Any]) -> str:
         for error in self._validator.iter_errors(value):

@@ -20,7 +20,7 @@ from gateway.execution.protocol import ToolCallRequest
 from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
-from tests.conftest import seeded
+from tests.support.app import seeded
 
 ALICE = Principal("acme", "alice", frozenset({"editor"}), frozenset({"calculator:use", "articles:write"}))
 REGISTRY = ToolRegistry(builtin_tools())

@@ -10,10 +10,22 @@ import json
 import asyncpg
 import pytest
 
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from tests.support.app import make_settings, seeded
 from tests.support.calls import call_tools, error_code, new_run, set_policy, tool_call
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pg_client(pg_url: str):
+    """These tests add a trigger to the schema, so they get a database of their own."""
+    await seeded(pg_url)
+    async with AsyncTestClient(app=create_app(make_settings(pg_url))) as client:
+        yield client
 
 REFUSE_SUCCESS_AUDIT = """
 CREATE FUNCTION refuse_success_audit() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -1,0 +1,164 @@
+"""The audit: every attempt, decision and refusal is appended with who, what, outcome and
+request; sensitive arguments are redacted; nothing ever changes a row once written."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support import db
+from tests.support.approvals import CAROL, approve, reject, request_approval
+from tests.support.client_calls import batch, create_run, send_one, tool_call
+from tests.support.tokens import auth_for
+from tests.support.tools import Probe, registry_with_probe
+
+BOB = auth_for("bob")
+REQUEST_ID = "audit-req-0001"
+
+
+@pytest.fixture
+def tool_registry():
+    return registry_with_probe(Probe())
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_every_attempt_of_a_batch_is_recorded_with_its_context(client, database_url):
+    run = await create_run(client, BOB, max_tool_calls=4, max_repeats=1)
+    calls = [
+        tool_call("ok", "add", raw='{"b": 2, "a": 1}'),
+        tool_call("missing", "no_such_tool", {}),
+        tool_call("invalid", "add", raw='{"a": "1"}'),
+        tool_call("rule", "divide", {"a": 1, "b": 0}),
+        tool_call("repeat", "add", {"a": 1, "b": 2}),
+        tool_call("approval", "create_article", {"title": "T", "body": "B"}),
+        tool_call("budget", "multiply", {"a": 1, "b": 1}),
+    ]
+    response = await client.post(
+        f"/v1/runs/{run['id']}/tool-calls", json=batch(*calls), headers={**BOB, "X-Request-ID": REQUEST_ID}
+    )
+    assert response.status_code == 200
+    rows = {r.tool_call_id: r for r in await db.audit_rows(database_url, run_id=run["id"])}
+    assert {k: rows[k].outcome for k in rows} == {
+        "ok": "OK", "missing": "TOOL_NOT_FOUND", "invalid": "INVALID_ARGUMENTS", "rule": "BUSINESS_RULE_VIOLATION",
+        "repeat": "REPEATED_CALL", "approval": "APPROVAL_REQUIRED", "budget": "BUDGET_EXCEEDED",
+    }
+    for call_id, row in rows.items():
+        assert (row.tenant_id, row.user_id, row.run_id, row.request_id) == ("acme", "bob", run["id"], REQUEST_ID)
+        assert row.kind == "tool_call" and row.created_at is not None
+        assert row.tool == next(c["function"]["name"] for c in calls if c["id"] == call_id)
+    ok = rows["ok"]
+    assert ok.arguments == {"a": 1, "b": 2} and ok.arguments_sha256 == sha(b'{"a":1,"b":2}')
+    assert ok.duration_ms is not None and ok.duration_ms >= 0 and ok.approval_id is None
+    assert rows["rule"].duration_ms is not None
+    assert rows["invalid"].arguments is None and rows["invalid"].arguments_sha256 == sha(b'{"a": "1"}')
+    (approval,) = await db.approvals(database_url, run_id=run["id"])
+    assert rows["approval"].approval_id == approval.id
+    assert rows["approval"].arguments == {"title": "T", "body": "B"}
+
+
+async def test_sensitive_arguments_are_redacted_in_the_audit(client, database_url, logs):
+    run = await create_run(client, BOB)
+    arguments = {"username": "bob", "password": "correct horse battery", "vault": "backup"}
+    assert (await send_one(client, run["id"], BOB, "c1", "login", arguments))["ok"] is True
+    (row,) = await db.audit_rows(database_url, run_id=run["id"])
+    assert row.arguments == {"username": "bob", "password": "[REDACTED]", "vault": "[REDACTED]"}
+    canonical = b'{"password":"correct horse battery","username":"bob","vault":"backup"}'
+    assert row.arguments_sha256 == sha(canonical)
+    assert "correct horse battery" not in logs.text
+
+
+async def test_a_replay_is_recorded_as_an_attempt(client, database_url):
+    run = await create_run(client, BOB)
+    await send_one(client, run["id"], BOB, "c1", "add", {"a": 1, "b": 1})
+    await send_one(client, run["id"], BOB, "c1", "add", {"a": 1, "b": 1})
+    rows = await db.audit_rows(database_url, run_id=run["id"])
+    assert [(r.kind, r.outcome) for r in rows] == [("tool_call", "OK"), ("tool_call_replay", "OK")]
+
+
+async def test_a_protocol_rejection_is_recorded(client, database_url):
+    run = await create_run(client, BOB)
+    response = await client.post(
+        f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": []}, headers={**BOB, "X-Request-ID": REQUEST_ID}
+    )
+    assert response.status_code == 422
+    (row,) = await db.audit_rows(database_url, run_id=run["id"])
+    assert (row.kind, row.outcome, row.user_id, row.request_id) == ("protocol_rejection", "INVALID_TOOL_CALL", "bob", REQUEST_ID)
+
+
+async def test_an_approval_and_its_execution_are_recorded_with_both_people(client, database_url):
+    run = await create_run(client, BOB)
+    approval_id = await request_approval(client, run["id"], BOB, "c1", "create_article", {"title": "T", "body": "B"})
+    await approve(client, approval_id)
+    rows = await db.audit_rows(database_url, approval_id=approval_id)
+    assert [(r.kind, r.user_id, r.outcome) for r in rows] == [
+        ("tool_call", "bob", "APPROVAL_REQUIRED"),
+        ("approval_decision", "carol", "APPROVED"),
+        ("tool_call", "bob", "OK"),
+    ]
+    executed = rows[-1]
+    assert executed.detail == {"approved_by": "carol"}
+    assert executed.arguments_sha256 == rows[0].arguments_sha256
+    assert executed.duration_ms is not None
+
+
+async def test_a_rejection_is_recorded_with_its_reason(client, database_url):
+    run = await create_run(client, BOB)
+    approval_id = await request_approval(client, run["id"], BOB, "c1", "create_article", {"title": "T", "body": "B"})
+    await reject(client, approval_id, "Not now.")
+    decision = (await db.audit_rows(database_url, approval_id=approval_id, kind="approval_decision"))[0]
+    assert (decision.user_id, decision.outcome) == ("carol", "REJECTED")
+    assert decision.detail == {"requester": "bob", "reason": "Not now."}
+
+
+async def test_refused_decisions_are_recorded(client, database_url):
+    run = await create_run(client, CAROL)
+    approval_id = await request_approval(client, run["id"], CAROL, "c1", "create_article", {"title": "T", "body": "B"})
+    await approve(client, approval_id)  # her own: refused
+    decisions = await db.audit_rows(database_url, approval_id=approval_id, kind="approval_decision")
+    assert [d.outcome for d in decisions] == ["SELF_APPROVAL_FORBIDDEN"]
+
+
+async def test_rows_once_written_never_change(client, database_url):
+    run = await create_run(client, BOB, max_tool_calls=5)
+    await send_one(client, run["id"], BOB, "c1", "add", {"a": 1, "b": 1})
+    approval_id = await request_approval(client, run["id"], BOB, "c2", "create_article", {"title": "T", "body": "B"})
+    other = await request_approval(client, run["id"], BOB, "c3", "delete_article", {"article_id": "art_demo_acme_2"})
+    before = [tuple(r) for r in await db.audit_rows(database_url)]
+    # Everything that moves state afterwards: replays, decisions, refusals, expiry.
+    await send_one(client, run["id"], BOB, "c1", "add", {"a": 1, "b": 1})
+    await approve(client, approval_id)
+    await approve(client, approval_id)
+    await db.expire_approval(database_url, other)
+    await reject(client, other, "late")
+    await send_one(client, run["id"], BOB, "c3", "delete_article", {"article_id": "art_demo_acme_2"})
+    after = [tuple(r) for r in await db.audit_rows(database_url)]
+    assert after[: len(before)] == before
+    assert len(after) > len(before)
+
+
+# The two places allowed to touch existing rows, neither reachable through the API: the sealer
+# fills in the chain columns of rows not yet sealed, and the operator's retention command
+# removes an old, sealed prefix of a chain (keeping its anchor).
+CHAIN_MAINTENANCE = {"gateway/audit/sealer.py", "gateway/audit/prune.py"}
+
+
+def test_no_code_updates_or_deletes_audit_rows():
+    root = Path(__file__).resolve().parents[2]
+    sources = [
+        path
+        for path in [*root.joinpath("gateway").rglob("*.py"), *root.joinpath("migrations").rglob("*.py")]
+        if str(path.relative_to(root)) not in CHAIN_MAINTENANCE
+    ]
+    forbidden = re.compile(
+        r"(UPDATE\s+audit_events|DELETE\s+FROM\s+audit_events|TRUNCATE\s+audit_events"
+        r"|update\(\s*(_audit|audit|audit_events|AuditEvent)\b|delete\(\s*(_audit|audit|audit_events|AuditEvent)\b)",
+        re.IGNORECASE,
+    )
+    offenders = [str(path.relative_to(root)) for path in sources if forbidden.search(path.read_text())]
+    assert offenders == []

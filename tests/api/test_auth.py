@@ -1,0 +1,156 @@
+"""Every /v1 route needs a valid bearer token; every failure is the same 401 envelope."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.db.models import Tenant
+from tests.support import db
+from tests.support.http import assert_error
+from tests.support.keys import claims, ec_key, hs256_with_raw_key, public_jwk, public_pem, rsa_key, signed, unsigned
+from tests.support.live_servers import JwksServer
+from tests.support.tokens import auth, auth_for, make_token
+
+
+@pytest.fixture
+def jwks_server() -> Iterator[JwksServer]:
+    with JwksServer() as server:
+        server.keys = [public_jwk("rsa-1", rsa_key("rsa-1"), "RS256"), public_jwk("ec-1", ec_key("ec-1"), "ES256")]
+        yield server
+
+
+@pytest.fixture
+def settings_overrides(jwks_server):
+    return {"jwks_url": jwks_server.url}
+
+
+async def tools_with(client, headers):
+    return await client.get("/v1/tools", headers=headers)
+
+
+def assert_unauthenticated(response) -> None:
+    assert_error(response, 401, "UNAUTHENTICATED")
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_a_valid_token_is_accepted(client):
+    assert (await tools_with(client, auth_for("alice"))).status_code == 200
+
+
+async def test_a_missing_authorization_header_is_unauthenticated(client):
+    assert_unauthenticated(await client.get("/v1/tools"))
+
+
+@pytest.mark.parametrize("header", ["Bearer", "Bearer   ", "Token abc", "Basic YWxpY2U6cHc=", "bearer"])
+async def test_a_malformed_authorization_header_is_unauthenticated(client, header):
+    assert_unauthenticated(await tools_with(client, {"Authorization": header}))
+
+
+async def test_a_malformed_token_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth("not.a.jwt")))
+
+
+async def test_an_expired_token_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", ttl=-10)))
+
+
+async def test_a_token_with_nbf_in_the_future_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", extra={"nbf": int(time.time()) + 600})))
+
+
+async def test_a_token_with_iat_in_the_future_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", extra={"iat": int(time.time()) + 600})))
+
+
+async def test_a_token_with_a_wrong_signature_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", secret="x" * 48)))
+
+
+async def test_a_token_with_alg_none_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth(unsigned(claims(roles=["admin"])))))
+
+
+async def test_an_hs256_token_signed_with_the_rsa_public_key_is_unauthenticated(client):
+    token = hs256_with_raw_key(public_pem(rsa_key("rsa-1")), claims(roles=["admin"]), kid="rsa-1")
+    assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+async def test_an_rs256_token_from_the_jwks_is_accepted(client, jwks_server):
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims(user="bob", roles=["editor"]))
+    response = await tools_with(client, auth(token))
+    assert response.status_code == 200
+    assert "create_article" in response.text
+
+
+async def test_an_es256_token_from_the_jwks_is_accepted(client, jwks_server):
+    token = signed(ec_key("ec-1"), "ES256", "ec-1", claims())
+    assert (await tools_with(client, auth(token))).status_code == 200
+
+
+async def test_jwks_keys_are_fetched_once_and_cached(client, jwks_server):
+    for user in ("u1", "u2", "u3"):
+        token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims(user=user))
+        assert (await tools_with(client, auth(token))).status_code == 200
+    assert jwks_server.fetches == 1
+
+
+async def test_a_token_with_an_unknown_kid_is_unauthenticated(client, jwks_server):
+    token = signed(rsa_key("rsa-2"), "RS256", "rsa-2", claims())
+    assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+async def test_a_token_signed_by_another_key_under_a_known_kid_is_unauthenticated(client, jwks_server):
+    token = signed(rsa_key("attacker"), "RS256", "rsa-1", claims(roles=["admin"]))
+    assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+async def test_a_token_for_an_unknown_tenant_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", tenant="initech")))
+
+
+async def test_roles_as_a_string_are_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", extra={"roles": "admin"})))
+
+
+async def test_sub_as_an_int_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", extra={"sub": 1})))
+
+
+async def test_a_missing_tenant_id_is_unauthenticated(client):
+    assert_unauthenticated(await tools_with(client, auth_for("alice", drop=("tenant_id",))))
+
+
+async def test_a_disabled_tenant_is_refused(client, database_url):
+    await db.execute(database_url, sa.update(Tenant).where(Tenant.id == "acme").values(disabled=True))
+    assert_error(await tools_with(client, auth_for("alice")), 403, "TENANT_DISABLED")
+
+
+async def test_the_token_never_appears_in_the_logs(client, logs):
+    tokens = [
+        make_token("acme", "alice"),
+        make_token("acme", "alice", ttl=-10),
+        make_token("initech", "alice"),
+        make_token("acme", "alice", secret="y" * 48),
+    ]
+    for token in tokens:
+        await tools_with(client, auth(token))
+    assert logs.named("authentication_failed")
+    for token in tokens:
+        assert token not in logs.text
+        assert token.split(".")[2] not in logs.text
+
+
+async def test_the_tenant_and_user_come_from_the_token_not_from_headers(client):
+    headers = {**auth_for("alice"), "X-Tenant-ID": "globex", "X-User-ID": "carol"}
+    run = (await client.post("/v1/runs", headers=headers)).json()
+    assert (run["tenant_id"], run["user_id"]) == ("acme", "alice")
+
+
+async def test_an_identity_claim_holding_nul_is_unauthenticated(client):
+    # Signed or not, such an identity could never be stored (PostgreSQL text cannot hold NUL).
+    response = await client.post("/v1/runs", headers=auth_for("alice", extra={"sub": "alice\u0000"}))
+    assert_unauthenticated(response)

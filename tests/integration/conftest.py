@@ -1,0 +1,42 @@
+"""PostgreSQL-only fixtures: the gateway served for real, in a thread or as several processes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from tests.support.app import seeded
+from tests.support.postgres import PostgresServer
+from tests.support.live_servers import gateway_processes
+
+FLEET_SIZE = 3
+
+
+async def _admin(server: PostgresServer, statement: str) -> None:
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="module")
+def fleet_database(postgres: PostgresServer, pg_template: str) -> Iterator[str]:
+    """A seeded database shared by the tests of one module (each uses runs of its own)."""
+    name = f"gw_fleet_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"'))
+    url = postgres.sqlalchemy_url(name)
+    asyncio.run(seeded(url))
+    yield url
+    asyncio.run(_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module")
+def fleet(fleet_database: str) -> Iterator[list[str]]:
+    """Base URLs of several `gateway serve` processes sharing one PostgreSQL database."""
+    with gateway_processes(fleet_database, FLEET_SIZE) as urls:
+        yield urls

@@ -1,0 +1,77 @@
+"""Reading and moving the test database directly (what an operator or the clock would do)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from gateway.db.engine import Database
+from gateway.db.models import Approval, Article, AuditEvent, Run, ToolCall
+from gateway.settings import Settings
+
+
+@asynccontextmanager
+async def open_database(url: str) -> AsyncIterator[Database]:
+    db = Database.from_settings(Settings(database_url=url))
+    try:
+        yield db
+    finally:
+        await db.dispose()
+
+
+async def rows(url: str, stmt: Any) -> list[Any]:
+    async with open_database(url) as db, db.connect() as conn:
+        return list((await conn.execute(stmt)).all())
+
+
+async def execute(url: str, stmt: Any) -> None:
+    async with open_database(url) as db, db.begin() as conn:
+        await conn.execute(stmt)
+
+
+async def audit_rows(url: str, **where: Any) -> list[Any]:
+    table = AuditEvent.__table__
+    stmt = sa.select(table).order_by(table.c.id)
+    for column, value in where.items():
+        stmt = stmt.where(table.c[column] == value)
+    return await rows(url, stmt)
+
+
+async def approvals(url: str, **where: Any) -> list[Any]:
+    table = Approval.__table__
+    stmt = sa.select(table)
+    for column, value in where.items():
+        stmt = stmt.where(table.c[column] == value)
+    return await rows(url, stmt)
+
+
+async def articles(url: str, **where: Any) -> list[Any]:
+    table = Article.__table__
+    stmt = sa.select(table)
+    for column, value in where.items():
+        stmt = stmt.where(table.c[column] == value)
+    return await rows(url, stmt)
+
+
+async def tool_call_rows(url: str, run_id: str) -> list[Any]:
+    table = ToolCall.__table__
+    return await rows(url, sa.select(table).where(table.c.run_id == run_id))
+
+
+def past(seconds: float = 60) -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+async def expire_run(url: str, run_id: str) -> None:
+    """Move the run's expiry into the past instead of waiting for it."""
+    table = Run.__table__
+    await execute(url, sa.update(table).where(table.c.id == run_id).values(expires_at=past()))
+
+
+async def expire_approval(url: str, approval_id: str) -> None:
+    table = Approval.__table__
+    await execute(url, sa.update(table).where(table.c.id == approval_id).values(expires_at=past()))

@@ -1,0 +1,92 @@
+"""Settings: read once from GATEWAY_* variables, validated, documented."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from gateway.settings import FIELD_DOCS, Settings, SettingsError
+
+SECRET = "s" * 32
+
+
+def test_defaults_need_no_environment():
+    settings = Settings.from_env({})
+    assert settings.database_url == "sqlite+aiosqlite:///./gateway.db"
+    assert settings.approval_ttl_s == 86_400
+    assert settings.max_body_bytes == 1_048_576
+    assert settings.allow_self_approval is False
+    assert "none" not in {a.lower() for a in settings.jwt_algorithms}
+
+
+def test_every_field_is_read_from_its_gateway_variable():
+    settings = Settings.from_env(
+        {
+            "GATEWAY_DATABASE_URL": "postgresql+asyncpg://u@h/db",
+            "GATEWAY_RUN_MAX_TOOL_CALLS": "7",
+            "GATEWAY_TOOL_TIMEOUT_S": "2.5",
+            "GATEWAY_ALLOW_SELF_APPROVAL": "yes",
+            "GATEWAY_JWT_ALGORITHMS": "RS256, ES256",
+            "GATEWAY_JWT_ISSUER": "https://id.example",
+        }
+    )
+    assert settings.database_url == "postgresql+asyncpg://u@h/db"
+    assert settings.run_max_tool_calls == 7
+    assert settings.tool_timeout_s == 2.5
+    assert settings.allow_self_approval is True
+    assert settings.jwt_algorithms == ("RS256", "ES256")
+    assert settings.jwt_issuer == "https://id.example"
+
+
+def test_an_empty_variable_means_the_default():
+    assert Settings.from_env({"GATEWAY_RUN_MAX_TOOL_CALLS": ""}).run_max_tool_calls == 50
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("GATEWAY_RUN_MAX_TOOL_CALLS", "many"),
+        ("GATEWAY_RUN_MAX_TOOL_CALLS", "0"),
+        ("GATEWAY_ALLOW_SELF_APPROVAL", "perhaps"),
+        ("GATEWAY_DATABASE_URL", "mysql://u@h/db"),
+        ("GATEWAY_JWT_ALGORITHMS", "none"),
+        ("GATEWAY_JWT_ALGORITHMS", "HS256,none"),
+        ("GATEWAY_LOG_FORMAT", "xml"),
+        ("GATEWAY_MAX_BODY_BYTES", "0"),
+    ],
+)
+def test_an_invalid_value_stops_start_up_naming_the_variable(name, value):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({name: value})
+    assert name in str(caught.value)
+
+
+def test_a_missing_secret_stops_start_up_with_a_clear_message():
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({}).require_signing_setup()
+    assert "GATEWAY_JWT_SECRET" in str(caught.value) and "--demo" in str(caught.value)
+
+
+def test_a_short_secret_stops_start_up():
+    with pytest.raises(SettingsError):
+        Settings.from_env({"GATEWAY_JWT_SECRET": "short"}).require_signing_setup()
+
+
+def test_a_secret_or_a_jwks_url_is_enough():
+    Settings.from_env({"GATEWAY_JWT_SECRET": SECRET}).require_signing_setup()
+    Settings.from_env({"GATEWAY_JWKS_URL": "https://id.example/jwks"}).require_signing_setup()
+
+
+def test_settings_are_frozen():
+    settings = Settings()
+    with pytest.raises(AttributeError):
+        settings.demo = True  # type: ignore[misc]
+
+
+def test_unknown_fields_are_refused():
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"no_such_setting": 1}, Settings)
+
+
+def test_every_field_is_documented():
+    assert set(FIELD_DOCS) == set(Settings.__struct_fields__)
