@@ -2,10 +2,11 @@
 
 Defined here once, in Python, for the sealer and ``audit verify`` alike:
 
-- ``content_hash`` = sha256 of the row's canonical content: a JSON object (sorted keys,
-  no whitespace) of every column that says what happened — id, tenant, kind, user, run,
-  tool_call_id, tool, the (redacted) arguments and their sha256, outcome, duration,
-  approval id, request id, error id, detail and time.
+- ``content_hash`` = sha256 of the row's canonical content: a JSON object (sorted keys at
+  every level, no whitespace, UTF-8, times as RFC 3339 in UTC) of every column that says
+  what happened — id, tenant, kind, user, run, tool_call_id, tool, the (redacted)
+  arguments and their sha256, outcome, duration, approval id, request id, error id,
+  detail and time.
 - ``chain_hash`` = sha256 of ``"<chain_seq>:<prev_hash>:<content_hash>"``; ``prev_hash`` of
   a row is the ``chain_hash`` of the row before it in its tenant's chain, and of the first
   row the tenant's genesis hash (or, after pruning, the stored anchor).
@@ -18,9 +19,10 @@ head the sealer stores in ``audit_chains``.
 from __future__ import annotations
 
 import hashlib
-import json
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
+
+import msgspec
 
 from gateway.db.models import AuditEvent
 
@@ -51,15 +53,22 @@ CHAIN_FIELDS: tuple[str, ...] = ("chain_seq", "content_hash", "prev_hash", "chai
 CANONICAL_COLUMNS = tuple(audit_events.c[name] for name in CANONICAL_FIELDS)
 
 
-def _time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+_encoder = msgspec.json.Encoder(order="sorted")
 
 
 def canonical_content(row: Any) -> bytes:
-    """The bytes a row's content hash covers; ``row`` has the ``CANONICAL_FIELDS`` as attributes."""
-    content = {name: getattr(row, name) for name in CANONICAL_FIELDS}
-    content["created_at"] = _time(content["created_at"])
-    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """The bytes a row's content hash covers; ``row`` is a result row (or any object) holding
+    the ``CANONICAL_FIELDS``."""
+    values = getattr(row, "_mapping", None)
+    if values is not None:
+        content = {name: values[name] for name in CANONICAL_FIELDS}
+    else:
+        content = {name: getattr(row, name) for name in CANONICAL_FIELDS}
+    created_at = content["created_at"]
+    if created_at.tzinfo is None:
+        raise ValueError("an audit row's time must be in UTC")
+    content["created_at"] = created_at.astimezone(UTC)
+    return _encoder.encode(content)
 
 
 def content_hash(row: Any) -> str:

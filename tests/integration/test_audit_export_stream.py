@@ -4,6 +4,7 @@ away releases the export's database connection. Measured on a real gateway proce
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from pathlib import Path
 
@@ -94,8 +95,11 @@ async def test_a_client_that_disconnects_mid_export_releases_its_connection(pg_u
     await seeded(pg_url)
     await _fill(pg_url, 30_000)
     database = pg_url.rsplit("/", 1)[1]
+    # A small receive buffer: left to autotune (up to 32 MiB here) the client's socket could
+    # take the whole export before the test looks, and the server would rightly be done.
+    small_buffer = httpx.AsyncHTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)])
     with gateways(pg_url, 1, audit_seal_interval_s=0) as (gateway,):
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx.AsyncClient(timeout=60, transport=small_buffer) as http:
             async with http.stream("GET", f"{gateway.base_url}/v1/admin/audit/export",
                                    headers=auth_for("carol")) as response:
                 assert response.status_code == 200
