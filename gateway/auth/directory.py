@@ -31,6 +31,13 @@ class TenantDirectory:
     async def get(self, tenant_id: str) -> TenantRecord | None:
         return (await self._entry(tenant_id)).record
 
+    def cached_principal(self, tenant_id: str, user_id: str, roles: list[str]) -> Principal | None:
+        """The principal when the tenant's entry is fresh and already knows it, without awaiting."""
+        entry = self._fresh(tenant_id)
+        if entry is None or entry.record is None:
+            return None
+        return entry.principals.get((user_id, tuple(roles)))
+
     async def principal(self, tenant_id: str, user_id: str, roles: list[str]) -> Principal | None:
         """The caller as the tenant's current policy sees them; None for an unknown tenant.
 

@@ -90,8 +90,13 @@ BEGIN
             o_approval_id := NULL;
             o_approval_status := NULL;
 
-            SELECT * INTO v_existing FROM tool_calls t WHERE t.run_id = v_run_id AND t.tool_call_id = v_id;
-            IF FOUND THEN
+            -- Claim the id first (the common case: a new call that will run); an id the run has
+            -- seen is not claimed again and is answered from what is stored.
+            INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, status, created_at)
+            VALUES (v_run_id, v_id, v_tenant_id, v_call->>'tool', 'executing', p_now)
+            ON CONFLICT (run_id, tool_call_id) DO NOTHING;
+            IF NOT FOUND THEN
+                SELECT * INTO v_existing FROM tool_calls t WHERE t.run_id = v_run_id AND t.tool_call_id = v_id;
                 o_decision := 'replay';
                 o_content := v_existing.content;
                 o_approval_id := v_existing.approval_id;
@@ -151,9 +156,8 @@ BEGIN
                         VALUES (o_approval_id, v_tenant_id, v_run_id, v_id, v_user_id, v_batch->'roles',
                                 v_call->>'tool', v_call->'arguments', v_call->>'args_sha256', 'pending', p_now,
                                 (v_batch->>'approval_expires_at')::timestamptz);
-                        INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, status, approval_id,
-                                                created_at)
-                        VALUES (v_run_id, v_id, v_tenant_id, v_call->>'tool', 'approval', o_approval_id, p_now);
+                        UPDATE tool_calls SET status = 'approval', approval_id = o_approval_id
+                         WHERE run_id = v_run_id AND tool_call_id = v_id;
                         INSERT INTO audit_events (tenant_id, kind, user_id, run_id, tool_call_id, tool, arguments,
                                                   arguments_sha256, outcome, approval_id, request_id, created_at)
                         VALUES (v_tenant_id, 'tool_call', v_user_id, v_run_id, v_id, v_call->>'tool',
@@ -165,8 +169,6 @@ BEGIN
                         RETURN NEXT;
                         CONTINUE;
                     ELSE
-                        INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, status, created_at)
-                        VALUES (v_run_id, v_id, v_tenant_id, v_call->>'tool', 'executing', p_now);
                         o_decision := 'execute';
                         o_outcome := NULL;
                         RETURN NEXT;
@@ -178,9 +180,8 @@ BEGIN
                 o_content := v_call->>'content';
             END IF;
 
-            INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, status, outcome, content, created_at,
-                                    finished_at)
-            VALUES (v_run_id, v_id, v_tenant_id, v_call->>'tool', 'done', v_code, o_content, p_now, p_now);
+            UPDATE tool_calls SET status = 'done', outcome = v_code, content = o_content, finished_at = p_now
+             WHERE run_id = v_run_id AND tool_call_id = v_id;
             INSERT INTO audit_events (tenant_id, kind, user_id, run_id, tool_call_id, tool, arguments,
                                       arguments_sha256, outcome, request_id, created_at)
             VALUES (v_tenant_id, 'tool_call', v_user_id, v_run_id, v_id, v_call->>'tool', v_call->'audit_args',
@@ -201,25 +202,27 @@ $fn$;
 
 RECORD_CALLS = r"""
 CREATE FUNCTION gateway_record_calls(p_now timestamptz, p_rows jsonb) RETURNS void
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_row record;
-BEGIN
-    -- Row by row on the primary key: a join against the JSON rows would be planned as a scan.
-    FOR v_row IN SELECT * FROM jsonb_to_recordset(p_rows) AS r(run_id text, tool_call_id text, outcome text,
-                                                                content text) LOOP
-        UPDATE tool_calls
-           SET status = 'done', outcome = v_row.outcome, content = v_row.content, finished_at = p_now
-         WHERE run_id = v_row.run_id AND tool_call_id = v_row.tool_call_id;
-    END LOOP;
+LANGUAGE sql
+-- The JSON rows are few: join them to tool_calls through its primary key, never by hashing
+-- the table (a plan made while the table was small would otherwise scan it later).
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $fn$
+    WITH rows AS (
+        SELECT * FROM jsonb_to_recordset(p_rows) AS r(
+            run_id text, tenant_id text, user_id text, request_id text, tool_call_id text, tool text,
+            outcome text, content text, duration_ms float8, error_id text, audit_args jsonb, args_sha256 text)
+    ), stored AS (
+        UPDATE tool_calls t
+           SET status = 'done', outcome = r.outcome, content = r.content, finished_at = p_now
+          FROM rows r
+         WHERE t.run_id = r.run_id AND t.tool_call_id = r.tool_call_id
+    )
     INSERT INTO audit_events (tenant_id, kind, user_id, run_id, tool_call_id, tool, arguments, arguments_sha256,
                               outcome, duration_ms, request_id, error_id, created_at)
     SELECT r.tenant_id, 'tool_call', r.user_id, r.run_id, r.tool_call_id, r.tool, r.audit_args, r.args_sha256,
            r.outcome, r.duration_ms, r.request_id, r.error_id, p_now
-      FROM jsonb_to_recordset(p_rows) AS r(run_id text, tenant_id text, user_id text, request_id text,
-                                           tool_call_id text, tool text, outcome text, duration_ms float8,
-                                           error_id text, audit_args jsonb, args_sha256 text);
-END;
+      FROM rows r;
 $fn$;
 """
 
