@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from contextvars import ContextVar, Token
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -57,23 +58,22 @@ def redact_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-def add_process_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    """With several worker processes, tells which one logged the event."""
-    event["pid"] = _PID
-    return event
-
-
 _PID = os.getpid()
 
 
+def enrich_event(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """The request's context, the level, the process id, the time (ISO 8601, UTC) and the
+    redaction of secrets, in one step: the hot path logs an event per tool call, and each
+    processor of a chain is a call of its own."""
+    merge_request_context(logger, method_name, event)
+    event["level"] = "warning" if method_name == "warn" else method_name
+    event["pid"] = _PID
+    event["timestamp"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    return redact_secrets(logger, method_name, event)
+
+
 def shared_processors() -> list[Any]:
-    return [
-        merge_request_context,
-        structlog.processors.add_log_level,
-        add_process_id,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-        redact_secrets,
-    ]
+    return [enrich_event]
 
 
 def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
