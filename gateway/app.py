@@ -49,6 +49,7 @@ from gateway.settings import Settings, SettingsError
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.config import load_http_tools
 from gateway.tools.http import ServiceCalls
+from gateway.tools.http_transport import service_transport
 from gateway.tools.registry import ToolRegistry
 
 log = structlog.get_logger("gateway.app")
@@ -80,9 +81,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         db = Database.from_settings(settings)
         http = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.tool_timeout_s, connect=settings.http_connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=settings.http_max_connections,
-                max_keepalive_connections=settings.http_max_keepalive_connections,
+            transport=service_transport(
+                limits=httpx.Limits(
+                    max_connections=settings.http_max_connections,
+                    max_keepalive_connections=settings.http_max_keepalive_connections,
+                ),
             ),
             follow_redirects=False,
             # The client is shared by every caller: a cookie one service sets for one user

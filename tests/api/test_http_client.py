@@ -6,7 +6,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from tests.conftest import make_settings
+from tests.support.app import make_settings
 
 
 async def test_one_pooled_client_from_settings_shared_by_http_tools_and_closed_on_shutdown(sqlite_url: str):
@@ -19,8 +19,8 @@ async def test_one_pooled_client_from_settings_shared_by_http_tools_and_closed_o
         http = app.state.http
         assert http.follow_redirects is False
         assert (http.timeout.connect, http.timeout.read) == (1.5, 4.0)
-        pool = http._transport._pool  # httpcore's pool: where the limits end up
-        assert (pool._max_connections, pool._max_keepalive_connections) == (7, 3)
+        pool = http._transport._pool  # the transport's pool: where the limits end up
+        assert (pool.max_connections, pool.max_keepalive_connections) == (7, 3)
         assert app.state.service_calls.client is http
     assert http.is_closed
     with pytest.raises(RuntimeError, match="lifespan"):
