@@ -13,11 +13,14 @@ Then drives, alternately and at the same concurrency with wrk:
   JWT, checks, ledger, a signed service token, the service call, the recorded outcome);
 - (b) the service directly: the same `GET /api/echo/<fresh value>` with a gateway-signed token;
 and prints the medians of requests/s, p50 and p99 and the gateway/direct ratios.
-Target: the gateway's p50 within 1.5x of the direct call's. With ``--builtin`` it also
+Target: the gateway's p50 within 1.5x of the direct call's. ``--service-work-ms N`` makes the
+service spend N ms on each request, as a real one would (a query, its own calls): the ratio
+depends on it, since the gateway adds a roughly fixed cost per call. With ``--builtin`` it also
 drives (c) the built-in ``add`` tool through the gateway, to tell the gateway's own cost
 per call (JWT, guards, ledger) from what the HTTP tool adds to it.
 
     .venv/bin/python bench/http_tool.py [--duration 5] [--repeats 3] [--connections 32] [--builtin]
+                                        [--service-work-ms 0]
 
 Needs wrk (`apt-get install wrk`) and a PostgreSQL server (BENCH_DATABASE_URL, default
 postgresql://postgres@127.0.0.1:5432/postgres); it creates and drops its own database.
@@ -96,6 +99,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=32, help="how many gateway runs the load is spread over")
     parser.add_argument("--log-level", default="INFO", help="the gateway's GATEWAY_LOG_LEVEL during the bench")
     parser.add_argument("--builtin", action="store_true", help="also drive the built-in `add` tool (reference)")
+    parser.add_argument("--service-work-ms", type=int, default=0,
+                        help="how long the service works on each request before answering (its own latency)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("bench: wrk is needed (Debian: apt-get install wrk)", file=sys.stderr)
@@ -123,6 +128,7 @@ def main() -> int:
             "GATEWAY_SERVICE_SIGNING_KEY_FILE": str(key_path),
             "GATEWAY_SERVICE_TOKEN_TTL_S": "3600",
             "BUSINESS_JWKS_URL": f"http://127.0.0.1:{gateway_port}/.well-known/jwks.json",
+            "BUSINESS_ECHO_WORK_MS": str(args.service_work_ms),
         }
         gateway = str(ROOT / ".venv/bin/gateway") if (ROOT / ".venv/bin/gateway").exists() else "gateway"
         subprocess.run([gateway, "migrate"], env=env, check=True, capture_output=True)

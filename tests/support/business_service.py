@@ -80,6 +80,8 @@ class ServiceState:
     applied_changes: int = 0
     endless_bytes_sent: int = 0
     next_id: int = 0
+    echo_work_s: float = 0.0
+    """How long the echo endpoint works before answering, as a real service would."""
 
 
 async def caller(request: Request) -> dict[str, Any]:
@@ -250,6 +252,9 @@ async def endless(request: Request) -> Stream:
 @get("/api/echo/{value:str}")
 async def echo(request: Request, value: FromPath[str], q: FromQuery[str | None] = None) -> dict[str, Any]:
     await caller(request)
+    work_s = request.app.state.service.echo_work_s
+    if work_s:
+        await asyncio.sleep(work_s)  # what a real service spends on its own work (a query, a call)
     return {"value": value, "q": q}
 
 
@@ -278,9 +283,11 @@ def recording(app: ASGIApp, service: ServiceState) -> ASGIApp:
 
 
 def create_business_service(
-    *, jwks_url: str, audience: str = "orders", issuer: str = "gateway", record: bool = True
+    *, jwks_url: str, audience: str = "orders", issuer: str = "gateway", record: bool = True, echo_work_ms: int = 0
 ) -> Litestar:
-    service = ServiceState(audience=audience, issuer=issuer, keys=GatewayKeys(jwks_url), record=record)
+    service = ServiceState(
+        audience=audience, issuer=issuer, keys=GatewayKeys(jwks_url), record=record, echo_work_s=echo_work_ms / 1000
+    )
     app = Litestar(
         route_handlers=[whoami, get_order, create_order, cancel_order, any_status, slow, big, endless, echo, redirect],
         exception_handlers={Unauthorized: unauthorized},  # type: ignore[dict-item]
@@ -302,4 +309,5 @@ def app_from_env() -> Litestar:
         audience=os.environ.get("BUSINESS_AUDIENCE", "orders"),
         issuer=os.environ.get("BUSINESS_ISSUER", "gateway"),
         record=os.environ.get("BUSINESS_RECORD", "0") == "1",
+        echo_work_ms=int(os.environ.get("BUSINESS_ECHO_WORK_MS", "0")),
     )
