@@ -21,3 +21,24 @@ def test_readme_states_both_quick_start_commands_verbatim():
 def test_ci_runs_the_readme_test_command():
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest" in ci
+
+
+def test_every_route_is_in_the_readme_api_table(tmp_path):
+    import re
+
+    from gateway.app import create_app
+    from tests.support.app import make_settings
+
+    app = create_app(make_settings(f"sqlite+aiosqlite:///{tmp_path}/docs.db"))
+    documented = set()
+    for line in README.read_text().splitlines():
+        if line.startswith("| `") and "/" in line:
+            cell = line.split("|")[1]
+            for path in re.findall(r"`(?:[A-Z/]+ )?(/[^` ?]*)", cell):
+                documented.add(re.sub(r"\{[^}]+\}", "{}", path.rstrip("/")))
+    served = {
+        re.sub(r"\{[^}]+\}", "{}", route.path.rstrip("/") or "/")
+        for route in app.routes
+        if not route.path.startswith("/schema")
+    }
+    assert served - documented == set()
