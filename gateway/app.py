@@ -57,6 +57,13 @@ log = structlog.get_logger("gateway.app")
 __all__ = ["create_app"]
 
 
+def interrupted_after(settings: Settings, registry: ToolRegistry) -> timedelta:
+    """How long after its start a call still marked executing must have been interrupted:
+    twice the longest any call may run (a tool's timeout, a tenant's policy caps it at 600 s)."""
+    longest = max([settings.tool_timeout_s, 600.0, *(tool.timeout_s or 0.0 for tool in registry)])
+    return timedelta(seconds=2 * longest + 2 * settings.database_statement_timeout_s)
+
+
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
     """Build the application. Resources are made in the lifespan; the only I/O here is reading
     the tools file and the signing key, so that a bad one stops start-up with a clear message."""
@@ -99,7 +106,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             else None
         )
         directory = TenantDirectory(db, ttl_s=settings.policy_cache_s)
-        ledger = create_ledger(db, approval_ttl=timedelta(seconds=settings.approval_ttl_s))
+        ledger = create_ledger(
+            db, approval_ttl=timedelta(seconds=settings.approval_ttl_s), stale_after=interrupted_after(settings, tools)
+        )
         state = app.state
         state.settings = settings
         state.db = db

@@ -51,6 +51,7 @@ class ErrorCode(enum.StrEnum):
     TOOL_CALL_IN_PROGRESS = "TOOL_CALL_IN_PROGRESS"
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
     TOOL_CALL_CANCELLED = "TOOL_CALL_CANCELLED"
+    TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
     CONFLICT = "CONFLICT"
     BUSINESS_RULE_VIOLATION = "BUSINESS_RULE_VIOLATION"
     TOOL_EXECUTION_FAILED = "TOOL_EXECUTION_FAILED"
@@ -166,6 +167,10 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "The request carrying the call was cancelled (client gone, run deadline, shutdown) before the "
               "call finished; it may have had effects.",
               "The call was cancelled before it finished."),
+        _spec(E.TOOL_OUTCOME_UNKNOWN, 500, False,
+              "The call started long ago and its outcome was never recorded: the gateway process running it "
+              "stopped. It may or may not have taken effect.",
+              "This call's outcome is unknown: it was interrupted and may or may not have taken effect."),
         _spec(E.CONFLICT, 409, False,
               "The business service refused the change because of the current state of the data "
               "(HTTP: an admin change that conflicts with existing data, e.g. a role name already taken).",
@@ -220,7 +225,7 @@ TOOL_RESULT_CODES = frozenset(
     {
         E.TOOL_NOT_FOUND, E.PERMISSION_DENIED, E.INVALID_ARGUMENTS, E.RUN_EXPIRED, E.BUDGET_EXCEEDED,
         E.REPEATED_CALL, E.APPROVAL_REQUIRED, E.APPROVAL_REJECTED, E.APPROVAL_EXPIRED, E.TOOL_CALL_IN_PROGRESS,
-        E.TOOL_TIMEOUT, E.TOOL_CALL_CANCELLED, E.CONFLICT, E.BUSINESS_RULE_VIOLATION, E.TOOL_EXECUTION_FAILED, E.NOT_FOUND,
+        E.TOOL_TIMEOUT, E.TOOL_CALL_CANCELLED, E.TOOL_OUTCOME_UNKNOWN, E.CONFLICT, E.BUSINESS_RULE_VIOLATION, E.TOOL_EXECUTION_FAILED, E.NOT_FOUND,
         E.RATE_LIMITED,
     }
 )

@@ -62,10 +62,16 @@ class FinishedCall:
     error_id: str | None = None
 
 
+DEFAULT_STALE_AFTER = timedelta(minutes=20)
+
+
 class Ledger(ABC):
-    def __init__(self, db: Database, *, approval_ttl: timedelta) -> None:
+    def __init__(self, db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> None:
+        """``stale_after``: longer than any call can run; a call still marked executing after
+        that was interrupted (its process stopped) and its outcome is unknown."""
         self._db = db
         self._approval_ttl = approval_ttl
+        self._stale_after = stale_after
 
     @abstractmethod
     async def admit(
@@ -159,14 +165,14 @@ class PostgresLedger(Ledger):
 
     ADMIT = (
         "SELECT o_batch, o_tool_call_id, o_decision, o_outcome, o_content, o_approval_id, o_approval_status "
-        "FROM gateway_admit_calls($1, $2::jsonb, $3::jsonb)"
+        "FROM gateway_admit_calls($1, $2::jsonb, $3::jsonb, $4)"
     )
     RECORD = "SELECT gateway_record_calls($1, $2::jsonb)"
     _contents = msgspec.json.encode(LEDGER_CONTENTS).decode()
     _encoder = msgspec.json.Encoder()
 
-    def __init__(self, db: Database, *, approval_ttl: timedelta) -> None:
-        super().__init__(db, approval_ttl=approval_ttl)
+    def __init__(self, db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> None:
+        super().__init__(db, approval_ttl=approval_ttl, stale_after=stale_after)
         self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(
             self._admit_many, pool=db.driver_pool
         )
@@ -207,7 +213,10 @@ class PostgresLedger(Ledger):
             }
             for i in order
         ]
-        rows = await conn.fetch(self.ADMIT, datetime.now(UTC), self._encoder.encode(batches).decode(), self._contents)
+        now = datetime.now(UTC)
+        rows = await conn.fetch(
+            self.ADMIT, now, self._encoder.encode(batches).decode(), self._contents, now - self._stale_after
+        )
         grouped: list[list[Admission] | None] = [[] for _ in items]
         for row in rows:
             position = order[row[0]]
@@ -251,10 +260,12 @@ _approvals = Approval.__table__
 _audit = AuditEvent.__table__
 
 
-def _replayed_outcome(stored: Any, approval: Any, now: datetime) -> str:
+def _replayed_outcome(stored: Any, approval: Any, now: datetime, stale_before: datetime) -> str:
     if stored.outcome is not None:
         return str(stored.outcome)
     if approval is None:
+        if stored.created_at < stale_before:  # started long ago, never recorded: interrupted
+            return ErrorCode.TOOL_OUTCOME_UNKNOWN.value
         return ErrorCode.TOOL_CALL_IN_PROGRESS.value
     if approval.status == "pending" and approval.expires_at > now:
         return ErrorCode.APPROVAL_REQUIRED.value
@@ -262,6 +273,8 @@ def _replayed_outcome(stored: Any, approval: Any, now: datetime) -> str:
         return ErrorCode.APPROVAL_EXPIRED.value
     if approval.status == "rejected":
         return ErrorCode.APPROVAL_REJECTED.value
+    if approval.decided_at is not None and approval.decided_at < stale_before:
+        return ErrorCode.TOOL_OUTCOME_UNKNOWN.value
     return ErrorCode.TOOL_CALL_IN_PROGRESS.value
 
 
@@ -322,7 +335,7 @@ class SqliteLedger(Ledger):
                 Admission(
                     tool_call_id=plan.id,
                     decision="replay",
-                    outcome=_replayed_outcome(stored, approval, now),
+                    outcome=_replayed_outcome(stored, approval, now, now - self._stale_after),
                     content=stored.content,
                     approval_id=stored.approval_id,
                     approval_status=approval.status if approval is not None else None,
@@ -461,5 +474,5 @@ def _audit_row(
     }
 
 
-def create_ledger(db: Database, *, approval_ttl: timedelta) -> Ledger:
-    return (PostgresLedger if db.is_postgres else SqliteLedger)(db, approval_ttl=approval_ttl)
+def create_ledger(db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> Ledger:
+    return (PostgresLedger if db.is_postgres else SqliteLedger)(db, approval_ttl=approval_ttl, stale_after=stale_after)

@@ -2,11 +2,14 @@
 
 ``gateway_admit_calls`` takes the batches of several concurrent requests (each: one run
 and its calls) and does for each, under the run's row lock and in one statement: find the
-run (tenant and user scoped), answer replays of known tool_call_ids from what is stored,
-and for each new call store the pre-decided outcome, or count it against the budget, the
-tool's own cap (counted under the key 'tool:<name>') and the repeat limit, create its approval, or mark it executing; every outcome decided here
-gets its audit row in the same transaction. The logic mirrors ``gateway.execution.ledger.SqliteLedger``;
-the ledger tests run the same cases against both.
+run (tenant and user scoped); answer replays of known tool_call_ids from what is stored
+(a call still executing is "in progress", unless it started before ``p_stale_before`` —
+longer ago than any call can run — when its process stopped while it ran and its outcome
+is unknown); and for each new call store the pre-decided outcome, or count it against the
+budget, the tool's own cap (counted under the key 'tool:<name>') and the repeat limit,
+create its approval, or mark it executing. Every outcome decided here gets its audit row
+in the same transaction. The logic mirrors ``gateway.execution.ledger.SqliteLedger``; the
+ledger tests run the same cases against both.
 
 ``gateway_record_calls`` stores the outcomes of executed calls (answered to replays) and
 their audit rows together.
@@ -30,7 +33,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 ADMIT_CALLS = r"""
-CREATE FUNCTION gateway_admit_calls(p_now timestamptz, p_batches jsonb, p_contents jsonb)
+CREATE FUNCTION gateway_admit_calls(p_now timestamptz, p_batches jsonb, p_contents jsonb,
+                                    p_stale_before timestamptz)
 RETURNS TABLE (
     o_batch integer,
     o_tool_call_id text,
@@ -58,6 +62,7 @@ DECLARE
     v_existing tool_calls%ROWTYPE;
     v_approval_status text;
     v_approval_expires timestamptz;
+    v_approval_decided timestamptz;
 BEGIN
     o_batch := -1;
     -- The caller sorts the batches by run id, so concurrent statements lock runs in one order.
@@ -103,15 +108,20 @@ BEGIN
                 o_outcome := v_existing.outcome;
                 IF v_existing.outcome IS NULL THEN
                     IF v_existing.approval_id IS NOT NULL THEN
-                        SELECT a.status, a.expires_at INTO v_approval_status, v_approval_expires
+                        SELECT a.status, a.expires_at, a.decided_at
+                          INTO v_approval_status, v_approval_expires, v_approval_decided
                           FROM approvals a WHERE a.id = v_existing.approval_id;
                         o_approval_status := v_approval_status;
                         o_outcome := CASE
                             WHEN v_approval_status = 'pending' AND v_approval_expires > p_now THEN 'APPROVAL_REQUIRED'
                             WHEN v_approval_status IN ('pending', 'expired') THEN 'APPROVAL_EXPIRED'
                             WHEN v_approval_status = 'rejected' THEN 'APPROVAL_REJECTED'
+                            WHEN v_approval_decided < p_stale_before THEN 'TOOL_OUTCOME_UNKNOWN'
                             ELSE 'TOOL_CALL_IN_PROGRESS'
                         END;
+                    ELSIF v_existing.created_at < p_stale_before THEN
+                        -- Started long ago and never recorded: its process stopped while it ran.
+                        o_outcome := 'TOOL_OUTCOME_UNKNOWN';
                     ELSE
                         o_outcome := 'TOOL_CALL_IN_PROGRESS';
                     END IF;
@@ -238,4 +248,4 @@ def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute("DROP FUNCTION gateway_record_calls(timestamptz, jsonb)")
-    op.execute("DROP FUNCTION gateway_admit_calls(timestamptz, jsonb, jsonb)")
+    op.execute("DROP FUNCTION gateway_admit_calls(timestamptz, jsonb, jsonb, timestamptz)")

@@ -161,3 +161,17 @@ async def test_one_tool_call_id_sent_twice_at_once_is_executed_once(db, ledger):
     decisions = sorted(r[0].decision for r in results)
     assert decisions.count("execute") == 1
     assert await count(db, ToolCall.__table__, run_id=run_id) == 1
+
+
+async def test_a_call_left_executing_is_in_progress_then_its_outcome_is_unknown(db, ledger):
+    run_id = await new_run(db)
+    [first] = await admit(ledger, run_id, [call(call_id="interrupted")])
+    assert first.decision == "execute"  # ... and its process stops before recording it
+    [soon] = await admit(ledger, run_id, [call(call_id="interrupted")])
+    assert (soon.decision, soon.outcome) == ("replay", "TOOL_CALL_IN_PROGRESS")
+    later = create_ledger(db, approval_ttl=timedelta(hours=1), stale_after=timedelta(0))
+    try:
+        [late] = await admit(later, run_id, [call(call_id="interrupted")])
+    finally:
+        await later.close()
+    assert (late.decision, late.outcome) == ("replay", "TOOL_OUTCOME_UNKNOWN")
