@@ -1,8 +1,4 @@
-"""Three gateway processes on loopback ports sharing one PostgreSQL, used all at once.
-
-(The audit chain's verification across processes belongs with the hash chain and
-`gateway audit verify`; it is not part of this module.)
-"""
+"""Three gateway processes on loopback ports sharing one PostgreSQL, used all at once."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from tests.conftest import _admin, seeded
 from tests.support.batches import batch, call, contents, outcome
 from tests.support.postgres import PostgresServer
 from tests.support.prometheus import samples, value
+from tests.support.servers import run_cli
 from tests.support.server import GatewayProcess, gateway_env, start_gateway, wait_until_ready
 from tests.support.tokens import auth_for
 
@@ -119,6 +116,43 @@ async def test_an_approval_executes_exactly_once_across_three_processes(
     assert all(r.json()["error"]["code"] == "ALREADY_DECIDED" for r in decisions if r.status_code == 409)
     assert await db.fetchval("SELECT count(*) FROM articles WHERE title = $1", title) == 1
     assert await db.fetchval("SELECT status FROM approvals WHERE id = $1", approval_id) == "succeeded"
+
+
+async def test_the_audit_chain_verifies_after_concurrent_writers_and_sealers_in_three_processes(
+    gateways: list[GatewayProcess], shared_database: tuple[str, str], db: asyncpg.Connection
+) -> None:
+    async with fresh_connections() as client:
+        runs = {user: await new_run(client, gateways[0], user, max_tool_calls=1000) for user in ("alice", "bob")}
+        targets = itertools.islice(itertools.cycle(gateways), 90)
+        responses = await asyncio.gather(
+            *(
+                client.post(
+                    f"{gateway.url}/v1/runs/{runs[user]}/tool-calls",
+                    json=batch(call("add", {"a": i, "b": 1}), call("divide", {"a": i, "b": i % 3})),
+                    headers=auth_for(user),
+                )
+                for i, (gateway, user) in enumerate(zip(targets, itertools.cycle(("alice", "bob"))))
+            )
+        )
+    assert all(r.status_code == 200 for r in responses)
+    # Every process runs a sealer; they take turns linking the rows all three appended.
+    for _ in range(300):
+        unsealed = await db.fetchval("SELECT count(*) FROM audit_events WHERE chain_hash IS NULL")
+        if unsealed == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert unsealed == 0
+    rows = await db.fetchval("SELECT count(*) FROM audit_events WHERE tenant_id = 'acme'")
+    assert rows >= 180  # two calls per request
+
+    verified = await asyncio.to_thread(run_cli, shared_database[0], "audit", "verify", "--tenant", "acme")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"OK, {rows} sealed row(s) verified" in verified.stdout
+    assert "0 row(s) not sealed yet" in verified.stdout
+    positions = await db.fetch(
+        "SELECT chain_seq FROM audit_events WHERE tenant_id = 'acme' ORDER BY chain_seq"
+    )
+    assert [r["chain_seq"] for r in positions] == list(range(positions[0]["chain_seq"], positions[0]["chain_seq"] + rows))
 
 
 async def test_rate_limits_hold_across_processes_and_say_when_to_retry(
