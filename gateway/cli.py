@@ -77,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     for action, text in (("disable", "its tokens get 403 TENANT_DISABLED"), ("enable", "undo disable")):
         sub = tenant_commands.add_parser(action, help=text)
         sub.add_argument("slug")
+    configure = tenant_commands.add_parser(
+        "configure", help="the tenant's agent-loop settings: its model provider, tools clients bring"
+    )
+    configure.add_argument("slug")
+    provider = configure.add_mutually_exclusive_group()
+    provider.add_argument("--llm-provider", metavar="NAME",
+                          help="pin the tenant's conversations to this configured model provider")
+    provider.add_argument("--no-llm-provider", action="store_true", help="unpin: the gateway's default provider")
+    configure.add_argument("--client-tools", choices=("allow", "refuse"),
+                           help="whether a chat request may bring its own tools (default for a new tenant: refuse)")
     tenants.set_defaults(handler=cmd_tenants)
 
     audit = commands.add_parser("audit", help="the audit hash chain: seal, verify, prune (operator)")
@@ -212,6 +222,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             out = _operate(settings, lambda db: operator.create(db, args.slug, args.name))
         elif args.tenants_command == "list":
             out = _operate(settings, operator.list_all)
+        elif args.tenants_command == "configure":
+            out = _operate(settings, _configure_action(args))
         else:
             disabled = args.tenants_command == "disable"
             out = _operate(settings, lambda db: operator.set_disabled(db, args.slug, disabled))
@@ -220,6 +232,21 @@ def cmd_tenants(args: argparse.Namespace) -> int:
         return 1
     print(out)
     return 0
+
+
+def _configure_action(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``tenants configure``'s options as an operator action (refused when they change nothing)."""
+    from gateway.admin import operator
+
+    if args.llm_provider is None and not args.no_llm_provider and args.client_tools is None:
+        raise operator.OperatorError("say what to change: --llm-provider NAME, --no-llm-provider or --client-tools")
+    provider: object = operator.UNCHANGED
+    if args.llm_provider is not None:
+        provider = args.llm_provider
+    elif args.no_llm_provider:
+        provider = None
+    client_tools = None if args.client_tools is None else args.client_tools == "allow"
+    return lambda db: operator.configure(db, args.slug, llm_provider=provider, allow_client_tools=client_tools)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

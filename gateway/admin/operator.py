@@ -3,13 +3,18 @@
     gateway tenants create SLUG [--name NAME]
     gateway tenants list
     gateway tenants disable SLUG | enable SLUG
+    gateway tenants configure SLUG [--llm-provider NAME | --no-llm-provider] [--client-tools allow|refuse]
     gateway audit seal
     gateway audit verify --tenant T
     gateway audit prune --older-than 90d [--tenant T]
 
 Changes to a tenant are audited in its own chain (user ``operator:cli``). A disabled
-tenant's tokens get ``403 TENANT_DISABLED``, on every gateway process within
-``GATEWAY_POLICY_CACHE_S`` seconds.
+tenant's tokens get ``403 TENANT_DISABLED``, and a tenant's agent-loop settings apply, on
+every gateway process within ``GATEWAY_POLICY_CACHE_S`` seconds.
+
+The agent-loop settings are the operator's, not the tenant administrators': which model
+provider a tenant's conversations go to decides where its data is sent, and tools a
+client brings run outside the gateway's guards.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from gateway.demo import ADMIN
 
 OPERATOR = "operator:cli"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+PROVIDER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 tenants = Tenant.__table__
 
 
@@ -59,12 +65,16 @@ async def create(db: Database, slug: str, name: str | None) -> str:
 async def list_all(db: Database) -> str:
     async with db.connect() as conn:
         rows = (await conn.execute(sa.select(tenants).order_by(tenants.c.id))).all()
-    lines = [f"{'slug':<24} {'state':<9} {'max calls/run':>13} {'max repeats':>11} {'max run ttl s':>13}  name"]
+    lines = [
+        f"{'slug':<24} {'state':<9} {'max calls/run':>13} {'max repeats':>11} {'max run ttl s':>13}  "
+        f"{'llm provider':<16} {'client tools':<12} name"
+    ]
     for row in rows:
         state = "disabled" if row.disabled else "enabled"
         lines.append(
             f"{row.id:<24} {state:<9} {row.max_tool_calls_per_run:>13} {row.max_repeats_per_call:>11} "
-            f"{row.max_run_ttl_s:>13}  {row.name}"
+            f"{row.max_run_ttl_s:>13}  {row.llm_provider or '-':<16} "
+            f"{'allow' if row.allow_client_tools else 'refuse':<12} {row.name}"
         )
     return "\n".join(lines)
 
@@ -81,6 +91,40 @@ async def set_disabled(db: Database, slug: str, disabled: bool) -> str:
                 target=f"tenant:{slug}", before={"disabled": before}, after={"disabled": disabled}, request_id=None,
             )
     return f"tenant {slug} is {'disabled' if disabled else 'enabled'}"
+
+
+UNCHANGED = object()
+"""For ``configure``: leave this setting as it is."""
+
+
+async def configure(
+    db: Database, slug: str, *, llm_provider: str | None | object = UNCHANGED, allow_client_tools: bool | None = None
+) -> str:
+    """Pin the tenant to a model provider (``None`` unpins it) and allow or refuse the tools
+    a client brings to the agent loop; what is not given stays as it is."""
+    if isinstance(llm_provider, str) and not PROVIDER_NAME.match(llm_provider):
+        raise OperatorError(f"{llm_provider!r} is not a provider name (letters, digits, '.', '_', '-'; at most 64)")
+    async with db.begin() as conn:
+        if not await lock_tenant(conn, tenant_id=slug):
+            raise OperatorError(f"no tenant {slug!r}")
+        row = (await conn.execute(
+            sa.select(tenants.c.llm_provider, tenants.c.allow_client_tools).where(tenants.c.id == slug)
+        )).one()
+        before = {"llm_provider": row.llm_provider, "allow_client_tools": bool(row.allow_client_tools)}
+        after = dict(before)
+        if llm_provider is not UNCHANGED:
+            after["llm_provider"] = llm_provider
+        if allow_client_tools is not None:
+            after["allow_client_tools"] = allow_client_tools
+        if after != before:
+            await conn.execute(sa.update(tenants).where(tenants.c.id == slug).values(**after))
+            await append_admin_audit(
+                conn, tenant_id=slug, user_id=OPERATOR, action="tenant.configure", target=f"tenant:{slug}",
+                before=before, after=after, request_id=None,
+            )
+    provider = after["llm_provider"] or "the gateway's default (none pinned)"
+    tools = "allowed" if after["allow_client_tools"] else "refused"
+    return f"tenant {slug}: model provider {provider}; client tools {tools}"
 
 
 async def seal(db: Database) -> str:

@@ -221,3 +221,63 @@ async def test_operator_cli_manages_tenants_and_a_disabled_tenants_tokens_are_re
         assert actions[0]["before"] == {"disabled": False} and actions[0]["after"] == {"disabled": True}
     finally:
         await db.dispose()
+
+
+async def test_operator_cli_configures_a_tenants_agent_loop_and_running_processes_honour_it(pg_url):
+    await seeded(pg_url)
+    chat = {"model": "default", "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "mine", "parameters": {"type": "object"}}}]}
+    with gateways(pg_url, 1, policy_cache_s=0.5, audit_seal_interval_s=0) as (gateway,):
+        async with httpx.AsyncClient(timeout=10) as http:
+
+            async def code() -> str:
+                response = await http.post(f"{gateway.base_url}/v1/chat/completions", json=chat,
+                                           headers=auth_for("alice", "acme"))
+                return response.json()["error"]["code"]
+
+            assert await code() == "CLIENT_TOOLS_NOT_ALLOWED"
+            allowed = run_cli(pg_url, "tenants", "configure", "acme", "--client-tools", "allow",
+                              "--llm-provider", "eu-vllm")
+            assert allowed.returncode == 0, allowed.stderr
+            assert "model provider eu-vllm; client tools allowed" in allowed.stdout
+            # Past the client-tools check, the pinned provider is not configured on this gateway.
+            deadline = time.monotonic() + 10
+            while await code() != "MODEL_NOT_CONFIGURED":
+                assert time.monotonic() < deadline, "the running process kept refusing client tools"
+                await asyncio.sleep(0.1)
+
+    listed = run_cli(pg_url, "tenants", "list").stdout.splitlines()
+    assert listed[0].split()[-5:] == ["llm", "provider", "client", "tools", "name"]
+    (acme,) = [line.split() for line in listed if line.startswith("acme ")]
+    assert acme[5:7] == ["eu-vllm", "allow"]
+    (globex,) = [line.split() for line in listed if line.startswith("globex ")]
+    assert globex[5:7] == ["-", "refuse"]
+
+    unpinned = run_cli(pg_url, "tenants", "configure", "acme", "--no-llm-provider")
+    assert unpinned.returncode == 0 and "none pinned); client tools allowed" in unpinned.stdout
+    nothing = run_cli(pg_url, "tenants", "configure", "acme")
+    assert nothing.returncode == 1 and "say what to change" in nothing.stderr
+    unknown = run_cli(pg_url, "tenants", "configure", "initech", "--client-tools", "refuse")
+    assert unknown.returncode == 1 and "no tenant 'initech'" in unknown.stderr
+    bad_name = run_cli(pg_url, "tenants", "configure", "acme", "--llm-provider", "a b")
+    assert bad_name.returncode == 1 and "not a provider name" in bad_name.stderr
+    both = run_cli(pg_url, "tenants", "configure", "acme", "--llm-provider", "x", "--no-llm-provider")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+
+    db = Database.from_settings(Settings(database_url=pg_url))
+    try:
+        async with db.connect() as conn:
+            row = (await conn.execute(sa.text(
+                "SELECT llm_provider, allow_client_tools FROM tenants WHERE id = 'acme'"))).one()
+            assert (row.llm_provider, bool(row.allow_client_tools)) == (None, True)
+            changes = list((await conn.execute(
+                sa.select(audit_events.c.user_id, audit_events.c.detail)
+                .where(audit_events.c.tenant_id == "acme", audit_events.c.kind == "admin_change")
+                .order_by(audit_events.c.id)
+            )).all())
+        assert [(c.user_id, c.detail["action"]) for c in changes] == [("operator:cli", "tenant.configure")] * 2
+        assert changes[0].detail["before"] == {"llm_provider": None, "allow_client_tools": False}
+        assert changes[0].detail["after"] == {"llm_provider": "eu-vllm", "allow_client_tools": True}
+        assert changes[1].detail["after"] == {"llm_provider": None, "allow_client_tools": True}
+    finally:
+        await db.dispose()
