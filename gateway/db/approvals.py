@@ -64,9 +64,10 @@ async def list_approvals(
     return list((await conn.execute(stmt)).all())
 
 
-async def claim_for_execution(
-    conn: AsyncConnection, *, tenant_id: str, approval_id: str, approver_id: str, now: datetime
+async def _decide(
+    conn: AsyncConnection, *, tenant_id: str, approval_id: str, approver_id: str, now: datetime, **values: Any
 ) -> bool:
+    """An approver's decision on a pending approval that has not expired; True if this one won it."""
     result = await conn.execute(
         sa.update(approvals)
         .where(
@@ -75,9 +76,17 @@ async def claim_for_execution(
             approvals.c.status == "pending",
             approvals.c.expires_at > now,
         )
-        .values(status="executing", decided_by=approver_id, decided_at=now)
+        .values(**values, decided_by=approver_id, decided_at=now)
     )
     return result.rowcount == 1
+
+
+async def claim_for_execution(
+    conn: AsyncConnection, *, tenant_id: str, approval_id: str, approver_id: str, now: datetime
+) -> bool:
+    return await _decide(
+        conn, tenant_id=tenant_id, approval_id=approval_id, approver_id=approver_id, now=now, status="executing"
+    )
 
 
 async def reject(
@@ -91,25 +100,18 @@ async def reject(
     content: str,
     now: datetime,
 ) -> bool:
-    result = await conn.execute(
-        sa.update(approvals)
-        .where(
-            approvals.c.tenant_id == tenant_id,
-            approvals.c.id == approval_id,
-            approvals.c.status == "pending",
-            approvals.c.expires_at > now,
-        )
-        .values(
-            status="rejected",
-            decided_by=approver_id,
-            decided_at=now,
-            reason=reason,
-            outcome=outcome,
-            outcome_content=content,
-            finished_at=now,
-        )
+    return await _decide(
+        conn,
+        tenant_id=tenant_id,
+        approval_id=approval_id,
+        approver_id=approver_id,
+        now=now,
+        status="rejected",
+        reason=reason,
+        outcome=outcome,
+        outcome_content=content,
+        finished_at=now,
     )
-    return result.rowcount == 1
 
 
 async def expire_if_due(
