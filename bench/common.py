@@ -36,7 +36,7 @@ SECRET = "bench-secret-" + "x" * 40
 RESULT = re.compile(
     r"RESULT requests=(\d+) duration_us=(\d+) errors=(\d+) p50_us=(\d+) p99_us=(\d+) non2xx=(\d+)"
 )
-"""The line the wrk scripts print when they are done."""
+"""The line the wrk scripts print when they are done (bench/common.lua)."""
 
 Processes = list[subprocess.Popen[bytes]]
 
