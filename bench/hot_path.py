@@ -28,59 +28,39 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (  # noqa: E402
-    Processes,
-    Sample,
-    add_load_options,
-    bench_database,
-    create_runs,
-    free_port,
-    fresh_prefix,
-    gateway_client,
-    gateway_env,
-    median,
-    member_token,
-    open_log,
-    prepare_gateway,
-    start_gateway,
-    start_uvicorn,
-    stop,
-    wait_until_up,
-    warn_on_errors,
-    wrk,
-    wrk_missing,
-)
+from bench import common  # noqa: E402
+from bench.common import Sample, median  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_load_options(parser, duration=4, repeats=5, connections=32)
+    common.add_load_options(parser, duration=4, repeats=5, connections=32)
     args = parser.parse_args()
-    if wrk_missing():
+    if common.wrk_missing():
         return 2
 
-    with bench_database("gateway_bench") as db_dsn:
-        processes: Processes = []
+    with common.bench_database("gateway_bench") as db_dsn:
+        processes: common.Processes = []
         try:
-            env = gateway_env(db_dsn, log_level=args.log_level, BENCH_BASELINE_DSN=db_dsn)
-            prepare_gateway(env)
+            env = common.gateway_env(db_dsn, log_level=args.log_level, BENCH_BASELINE_DSN=db_dsn)
+            common.prepare_gateway(env)
 
-            gateway_port, baseline_port = free_port(), free_port()
-            log = open_log()
-            processes.append(start_gateway(gateway_port, env, log))
-            processes.append(start_uvicorn("bench.baseline_app:app", baseline_port, env, log))
+            gateway_port, baseline_port = common.free_port(), common.free_port()
+            log = common.open_log()
+            processes.append(common.start_gateway(gateway_port, env, log))
+            processes.append(common.start_uvicorn("bench.baseline_app:app", baseline_port, env, log))
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             baseline_url = f"http://127.0.0.1:{baseline_port}"
-            wait_until_up(gateway_url + "/healthz")
-            wait_until_up(baseline_url + "/")
+            common.wait_until_up(gateway_url + "/healthz")
+            common.wait_until_up(baseline_url + "/")
 
-            token = member_token(env["GATEWAY_DATABASE_URL"])
-            with gateway_client(gateway_url, token) as client:
-                runs = create_runs(client, args.runs, max_tool_calls=100_000)
+            token = common.member_token(env["GATEWAY_DATABASE_URL"])
+            with common.gateway_client(gateway_url, token) as client:
+                runs = common.create_runs(client, args.runs, max_tool_calls=100_000)
 
             def drive(url: str, batch: int, label: str) -> Sample:
-                return wrk(url, "tool_calls.lua", [token, fresh_prefix(label), str(batch), *runs],
-                           connections=args.connections, duration=args.duration)
+                return common.wrk(url, "tool_calls.lua", [token, common.fresh_prefix(label), str(batch), *runs],
+                                  connections=args.connections, duration=args.duration)
 
             print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
             drive(gateway_url, 1, "w")
@@ -98,10 +78,10 @@ def main() -> int:
                     file=sys.stderr,
                 )
             report(single, base, batch)
-            warn_on_errors(single + base + batch)
+            common.warn_on_errors(single + base + batch)
             return 0
         finally:
-            stop(processes)
+            common.stop(processes)
 
 
 def report(single: list[Sample], base: list[Sample], batch: list[Sample]) -> None:

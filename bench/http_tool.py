@@ -36,28 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (  # noqa: E402
-    Processes,
-    Sample,
-    add_load_options,
-    bench_database,
-    create_runs,
-    free_port,
-    fresh_prefix,
-    gateway_client,
-    gateway_env,
-    median,
-    member_token,
-    open_log,
-    prepare_gateway,
-    start_gateway,
-    start_uvicorn,
-    stop,
-    wait_until_up,
-    warn_on_errors,
-    wrk,
-    wrk_missing,
-)
+from bench import common  # noqa: E402
+from bench.common import Sample, median  # noqa: E402
 from gateway.auth.principal import Principal  # noqa: E402
 from gateway.auth.service_tokens import ServiceTokenSigner, generate_signing_key_pem  # noqa: E402
 from gateway.db.engine import Database  # noqa: E402
@@ -91,23 +71,26 @@ async def grant_orders_read(database_url: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_load_options(parser, duration=5, repeats=3, connections=32)
+    common.add_load_options(parser, duration=5, repeats=3, connections=32)
     parser.add_argument("--builtin", action="store_true", help="also drive the built-in `add` tool (reference)")
     parser.add_argument("--service-work-ms", type=int, default=0,
                         help="how long the service works on each request before answering (its own latency)")
     args = parser.parse_args()
-    if wrk_missing():
+    if common.wrk_missing():
         return 2
 
-    with bench_database("gateway_bench_http") as db_dsn, tempfile.TemporaryDirectory(prefix="gateway-bench-") as work:
-        processes: Processes = []
+    with (
+        common.bench_database("gateway_bench_http") as db_dsn,
+        tempfile.TemporaryDirectory(prefix="gateway-bench-") as work,
+    ):
+        processes: common.Processes = []
         try:
-            gateway_port, service_port = free_port(), free_port()
+            gateway_port, service_port = common.free_port(), common.free_port()
             key_path = Path(work) / "signing.pem"
             key_path.write_bytes(generate_signing_key_pem())
             tools_path = Path(work) / "tools.toml"
             tools_path.write_text(TOOLS_TOML.format(port=service_port))
-            env = gateway_env(
+            env = common.gateway_env(
                 db_dsn,
                 log_level=args.log_level,
                 GATEWAY_TOOLS_FILE=str(tools_path),
@@ -117,25 +100,25 @@ def main() -> int:
                 BUSINESS_ECHO_WORK_MS=str(args.service_work_ms),
             )
             database_url = env["GATEWAY_DATABASE_URL"]
-            prepare_gateway(env)
+            common.prepare_gateway(env)
             asyncio.run(grant_orders_read(database_url))
 
-            log = open_log()
-            processes.append(start_gateway(gateway_port, env, log))
-            processes.append(start_uvicorn("tests.support.business_service:app_from_env", service_port, env, log,
-                                           "--factory"))
+            log = common.open_log()
+            processes.append(common.start_gateway(gateway_port, env, log))
+            service_app = "tests.support.business_service:app_from_env"
+            processes.append(common.start_uvicorn(service_app, service_port, env, log, "--factory"))
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             service_url = f"http://127.0.0.1:{service_port}"
-            wait_until_up(gateway_url + "/healthz")
-            wait_until_up(service_url + "/api/whoami")
+            common.wait_until_up(gateway_url + "/healthz")
+            common.wait_until_up(service_url + "/api/whoami")
 
-            token = member_token(database_url)
+            token = common.member_token(database_url)
             # The direct side sends what the gateway would: a token it signed for the service.
             signer = ServiceTokenSigner.from_pem(key_path.read_bytes(), issuer="gateway", ttl_s=3600)
             alice = Principal(tenant_id="acme", user_id="alice", roles=frozenset({"member"}), permissions=frozenset())
             service_token = signer.sign(alice, audience="orders", run_id="bench", tool_call_id="bench")
-            with gateway_client(gateway_url, token) as client:
-                runs = create_runs(client, args.runs, max_tool_calls=100_000)
+            with common.gateway_client(gateway_url, token) as client:
+                runs = common.create_runs(client, args.runs, max_tool_calls=100_000)
                 arguments = '{"value": "v"}'
                 call = {"id": "check", "type": "function", "function": {"name": "lookup", "arguments": arguments}}
                 check = client.post(f"/v1/runs/{runs[0]}/tool-calls", json={"tool_calls": [call]})
@@ -143,16 +126,16 @@ def main() -> int:
                     raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
 
             def through_gateway(label: str) -> Sample:
-                return wrk(gateway_url, "http_tool_calls.lua", [token, fresh_prefix(label), *runs],
-                           connections=args.connections, duration=args.duration)
+                return common.wrk(gateway_url, "http_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
+                                  connections=args.connections, duration=args.duration)
 
             def direct(label: str) -> Sample:
-                return wrk(service_url, "service_direct.lua", [service_token, fresh_prefix(label)],
-                           connections=args.connections, duration=args.duration)
+                return common.wrk(service_url, "service_direct.lua", [service_token, common.fresh_prefix(label)],
+                                  connections=args.connections, duration=args.duration)
 
             def builtin(label: str) -> Sample:
-                return wrk(gateway_url, "tool_calls.lua", [token, fresh_prefix(label), "1", *runs],
-                           connections=args.connections, duration=args.duration)
+                return common.wrk(gateway_url, "tool_calls.lua", [token, common.fresh_prefix(label), "1", *runs],
+                                  connections=args.connections, duration=args.duration)
 
             print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
             through_gateway("w")
@@ -169,10 +152,10 @@ def main() -> int:
                     line += f" | built-in add {reference[-1].rps:7.0f} req/s p50 {reference[-1].p50_ms:6.2f} ms"
                 print(line, file=sys.stderr)
             report(via, straight, reference)
-            warn_on_errors(via + straight + reference)
+            common.warn_on_errors(via + straight + reference)
             return 0
         finally:
-            stop(processes)
+            common.stop(processes)
 
 
 def report(via: list[Sample], straight: list[Sample], reference: list[Sample]) -> None:

@@ -29,28 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (  # noqa: E402
-    Processes,
-    Sample,
-    add_load_options,
-    bench_database,
-    create_runs,
-    free_port,
-    fresh_prefix,
-    gateway_client,
-    gateway_env,
-    median,
-    member_token,
-    open_log,
-    prepare_gateway,
-    start_gateway,
-    start_uvicorn,
-    stop,
-    wait_until_up,
-    warn_on_errors,
-    wrk,
-    wrk_missing,
-)
+from bench import common  # noqa: E402
+from bench.common import Sample, median  # noqa: E402
 
 
 @dataclass
@@ -62,42 +42,43 @@ class Row:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_load_options(parser, duration=5, repeats=3, connections=64)
+    common.add_load_options(parser, duration=5, repeats=3, connections=64)
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     args = parser.parse_args()
     worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
-    if wrk_missing():
+    if common.wrk_missing():
         return 2
 
-    with bench_database("gateway_bench") as db_dsn, open_log() as log:
-        env = gateway_env(
+    with common.bench_database("gateway_bench") as db_dsn, common.open_log() as log:
+        env = common.gateway_env(
             db_dsn,
             log_level=args.log_level,
             environ={k: v for k, v in os.environ.items() if not k.startswith("PROMETHEUS_")},
             BENCH_BASELINE_DSN=db_dsn,
         )
         rows: list[Row] = []
-        prepare_gateway(env)
-        token = member_token(env["GATEWAY_DATABASE_URL"])
+        common.prepare_gateway(env)
+        token = common.member_token(env["GATEWAY_DATABASE_URL"])
         runs: list[str] = []
         for workers in worker_counts:
-            gateway_port, baseline_port = free_port(), free_port()
-            processes: Processes = [
-                start_gateway(gateway_port, env, log, "--workers", str(workers), "--no-migrate"),
-                start_uvicorn("bench.baseline_app:app", baseline_port, env, log, "--workers", str(workers)),
+            gateway_port, baseline_port = common.free_port(), common.free_port()
+            processes: common.Processes = [
+                common.start_gateway(gateway_port, env, log, "--workers", str(workers), "--no-migrate"),
+                common.start_uvicorn("bench.baseline_app:app", baseline_port, env, log, "--workers", str(workers)),
             ]
             try:
                 gateway_url = f"http://127.0.0.1:{gateway_port}"
                 baseline_url = f"http://127.0.0.1:{baseline_port}"
-                wait_until_up(gateway_url + "/readyz", timeout=60)
-                wait_until_up(baseline_url + "/", timeout=60)
+                common.wait_until_up(gateway_url + "/readyz", timeout=60)
+                common.wait_until_up(baseline_url + "/", timeout=60)
                 if not runs:
-                    with gateway_client(gateway_url, token) as client:
-                        runs = create_runs(client, args.runs, max_tool_calls=10_000_000)
+                    with common.gateway_client(gateway_url, token) as client:
+                        runs = common.create_runs(client, args.runs, max_tool_calls=10_000_000)
 
                 def drive(url: str, label: str) -> Sample:
-                    return wrk(url, "tool_calls.lua", [token, fresh_prefix(f"{label}{workers}"), "1", *runs],
-                               connections=args.connections, duration=args.duration)
+                    prefix = common.fresh_prefix(f"{label}{workers}")
+                    return common.wrk(url, "tool_calls.lua", [token, prefix, "1", *runs],
+                                      connections=args.connections, duration=args.duration)
 
                 print(f"{workers} worker(s): warming up ({args.connections} connections) ...", file=sys.stderr)
                 drive(gateway_url, "w")
@@ -113,9 +94,9 @@ def main() -> int:
                     )
                 rows.append(row)
             finally:
-                stop(processes, sig=signal.SIGTERM, timeout=40)
+                common.stop(processes, sig=signal.SIGTERM, timeout=40)
         report(rows, args.connections)
-        warn_on_errors(s for row in rows for s in row.gateway + row.baseline)
+        common.warn_on_errors(s for row in rows for s in row.gateway + row.baseline)
         return 0
 
 
