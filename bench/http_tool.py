@@ -30,29 +30,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.hot_path import RESULT, Sample, admin, free_port, median, wait_until_up  # noqa: E402
-from gateway.auth.dev_tokens import mint_token  # noqa: E402
+from bench import common  # noqa: E402
+from bench.common import Sample, median  # noqa: E402
 from gateway.auth.principal import Principal  # noqa: E402
 from gateway.auth.service_tokens import ServiceTokenSigner, generate_signing_key_pem  # noqa: E402
 from gateway.db.engine import Database  # noqa: E402
 from gateway.db.tenants import ensure_role  # noqa: E402
 from gateway.settings import Settings  # noqa: E402
 
-SECRET = "bench-secret-" + "x" * 40
 TOOLS_TOML = """
 [services.orders]
 base_url = "http://127.0.0.1:{port}/api"
@@ -68,19 +59,6 @@ arguments = {{ type = "object", required = ["value"], properties = {{ value = {{
 """
 
 
-def wrk(url: str, script: str, args: list[str], *, connections: int, duration: int) -> Sample:
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(ROOT / "bench" / script),
-         url, "--", *args],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    match = RESULT.search(out)
-    if match is None:
-        raise RuntimeError(f"wrk printed no result:\n{out}")
-    requests, duration_us, errors, p50, p99, non2xx = map(int, match.groups())
-    return Sample(rps=requests / (duration_us / 1e6), p50_ms=p50 / 1000, p99_ms=p99 / 1000, errors=errors + non2xx)
-
-
 async def grant_orders_read(database_url: str) -> None:
     db = Database.from_settings(Settings(database_url=database_url))
     try:
@@ -93,124 +71,91 @@ async def grant_orders_read(database_url: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--runs", type=int, default=32, help="how many gateway runs the load is spread over")
-    parser.add_argument("--log-level", default="INFO", help="the gateway's GATEWAY_LOG_LEVEL during the bench")
+    common.add_load_options(parser, duration=5, repeats=3, connections=32)
     parser.add_argument("--builtin", action="store_true", help="also drive the built-in `add` tool (reference)")
     parser.add_argument("--service-work-ms", type=int, default=0,
                         help="how long the service works on each request before answering (its own latency)")
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        print("bench: wrk is needed (Debian: apt-get install wrk)", file=sys.stderr)
+    if common.wrk_missing():
         return 2
 
-    server_dsn = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    database = f"gateway_bench_http_{uuid.uuid4().hex[:8]}"
-    db_dsn = server_dsn.rsplit("/", 1)[0] + "/" + database
-    asyncio.run(admin(server_dsn, f'CREATE DATABASE "{database}"'))
-    processes: list[subprocess.Popen[bytes]] = []
-    workdir = tempfile.TemporaryDirectory(prefix="gateway-bench-")
-    try:
-        gateway_port, service_port = free_port(), free_port()
-        key_path = Path(workdir.name) / "signing.pem"
-        key_path.write_bytes(generate_signing_key_pem())
-        tools_path = Path(workdir.name) / "tools.toml"
-        tools_path.write_text(TOOLS_TOML.format(port=service_port))
-        database_url = db_dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
-        env = {
-            **os.environ,
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_JWT_SECRET": SECRET,
-            "GATEWAY_LOG_LEVEL": args.log_level,
-            "GATEWAY_TOOLS_FILE": str(tools_path),
-            "GATEWAY_SERVICE_SIGNING_KEY_FILE": str(key_path),
-            "GATEWAY_SERVICE_TOKEN_TTL_S": "3600",
-            "BUSINESS_JWKS_URL": f"http://127.0.0.1:{gateway_port}/.well-known/jwks.json",
-            "BUSINESS_ECHO_WORK_MS": str(args.service_work_ms),
-        }
-        gateway = str(ROOT / ".venv/bin/gateway") if (ROOT / ".venv/bin/gateway").exists() else "gateway"
-        subprocess.run([gateway, "migrate"], env=env, check=True, capture_output=True)
-        subprocess.run([gateway, "seed-demo"], env=env, check=True, capture_output=True)
-        asyncio.run(grant_orders_read(database_url))
+    with (
+        common.bench_database("gateway_bench_http") as db_dsn,
+        tempfile.TemporaryDirectory(prefix="gateway-bench-") as work,
+    ):
+        processes: common.Processes = []
+        try:
+            gateway_port, service_port = common.free_port(), common.free_port()
+            key_path = Path(work) / "signing.pem"
+            key_path.write_bytes(generate_signing_key_pem())
+            tools_path = Path(work) / "tools.toml"
+            tools_path.write_text(TOOLS_TOML.format(port=service_port))
+            env = common.gateway_env(
+                db_dsn,
+                log_level=args.log_level,
+                GATEWAY_TOOLS_FILE=str(tools_path),
+                GATEWAY_SERVICE_SIGNING_KEY_FILE=str(key_path),
+                GATEWAY_SERVICE_TOKEN_TTL_S="3600",
+                BUSINESS_JWKS_URL=f"http://127.0.0.1:{gateway_port}/.well-known/jwks.json",
+                BUSINESS_ECHO_WORK_MS=str(args.service_work_ms),
+            )
+            database_url = env["GATEWAY_DATABASE_URL"]
+            common.prepare_gateway(env)
+            asyncio.run(grant_orders_read(database_url))
 
-        log = open(ROOT / "bench" / "last-run.log", "wb")  # noqa: SIM115
-        processes.append(subprocess.Popen(
-            [gateway, "serve", "--host", "127.0.0.1", "--port", str(gateway_port)], env=env, stdout=log, stderr=log
-        ))
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.support.business_service:app_from_env", "--factory",
-             "--host", "127.0.0.1", "--port", str(service_port), "--loop", "uvloop", "--http", "httptools",
-             "--no-access-log", "--log-level", "warning"],
-            env=env, cwd=ROOT, stdout=log, stderr=log,
-        ))
-        gateway_url = f"http://127.0.0.1:{gateway_port}"
-        service_url = f"http://127.0.0.1:{service_port}"
-        wait_until_up(gateway_url + "/healthz")
-        wait_until_up(service_url + "/api/whoami")
+            log = common.open_log()
+            processes.append(common.start_gateway(gateway_port, env, log))
+            service_app = "tests.support.business_service:app_from_env"
+            processes.append(common.start_uvicorn(service_app, service_port, env, log, "--factory"))
+            gateway_url = f"http://127.0.0.1:{gateway_port}"
+            service_url = f"http://127.0.0.1:{service_port}"
+            common.wait_until_up(gateway_url + "/healthz")
+            common.wait_until_up(service_url + "/api/whoami")
 
-        settings = Settings(database_url=database_url, jwt_secret=SECRET)
-        token = mint_token(settings, tenant_id="acme", user_id="alice", roles=["member"], ttl_s=3600)
-        # The direct side sends what the gateway would: a token it signed for the service.
-        signer = ServiceTokenSigner.from_pem(key_path.read_bytes(), issuer="gateway", ttl_s=3600)
-        alice = Principal(tenant_id="acme", user_id="alice", roles=frozenset({"member"}), permissions=frozenset())
-        service_token = signer.sign(alice, audience="orders", run_id="bench", tool_call_id="bench")
-        runs = []
-        with httpx.Client(base_url=gateway_url, headers={"Authorization": f"Bearer {token}"}) as client:
-            for _ in range(args.runs):
-                response = client.post("/v1/runs", json={"max_tool_calls": 100_000})
-                response.raise_for_status()
-                runs.append(response.json()["id"])
-            check = client.post(f"/v1/runs/{runs[0]}/tool-calls", json={"tool_calls": [
-                {"id": "check", "type": "function", "function": {"name": "lookup", "arguments": '{"value": "v"}'}}]})
-            if '\\"ok\\":true' not in check.text:
-                raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
+            token = common.member_token(database_url)
+            # The direct side sends what the gateway would: a token it signed for the service.
+            signer = ServiceTokenSigner.from_pem(key_path.read_bytes(), issuer="gateway", ttl_s=3600)
+            alice = Principal(tenant_id="acme", user_id="alice", roles=frozenset({"member"}), permissions=frozenset())
+            service_token = signer.sign(alice, audience="orders", run_id="bench", tool_call_id="bench")
+            with common.gateway_client(gateway_url, token) as client:
+                runs = common.create_runs(client, args.runs, max_tool_calls=100_000)
+                arguments = '{"value": "v"}'
+                call = {"id": "check", "type": "function", "function": {"name": "lookup", "arguments": arguments}}
+                check = client.post(f"/v1/runs/{runs[0]}/tool-calls", json={"tool_calls": [call]})
+                if '\\"ok\\":true' not in check.text:
+                    raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
 
-        def through_gateway(label: str) -> Sample:
-            prefix = f"{label}{uuid.uuid4().hex[:6]}"
-            return wrk(gateway_url, "http_tool_calls.lua", [token, prefix, *runs],
-                       connections=args.connections, duration=args.duration)
+            def through_gateway(label: str) -> Sample:
+                return common.wrk(gateway_url, "http_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
+                                  connections=args.connections, duration=args.duration)
 
-        def direct(label: str) -> Sample:
-            prefix = f"{label}{uuid.uuid4().hex[:6]}"
-            return wrk(service_url, "service_direct.lua", [service_token, prefix],
-                       connections=args.connections, duration=args.duration)
+            def direct(label: str) -> Sample:
+                return common.wrk(service_url, "service_direct.lua", [service_token, common.fresh_prefix(label)],
+                                  connections=args.connections, duration=args.duration)
 
-        def builtin(label: str) -> Sample:
-            prefix = f"{label}{uuid.uuid4().hex[:6]}"
-            return wrk(gateway_url, "tool_calls.lua", [token, prefix, "1", *runs],
-                       connections=args.connections, duration=args.duration)
+            def builtin(label: str) -> Sample:
+                return common.wrk(gateway_url, "tool_calls.lua", [token, common.fresh_prefix(label), "1", *runs],
+                                  connections=args.connections, duration=args.duration)
 
-        print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
-        through_gateway("w")
-        direct("w")
+            print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
+            through_gateway("w")
+            direct("w")
 
-        via, straight, reference = [], [], []
-        for repeat in range(1, args.repeats + 1):
-            via.append(through_gateway("g"))
-            straight.append(direct("d"))
-            line = (f"round {repeat}: via gateway {via[-1].rps:7.0f} req/s p50 {via[-1].p50_ms:6.2f} ms | "
-                    f"direct {straight[-1].rps:7.0f} req/s p50 {straight[-1].p50_ms:6.2f} ms")
-            if args.builtin:
-                reference.append(builtin("b"))
-                line += f" | built-in add {reference[-1].rps:7.0f} req/s p50 {reference[-1].p50_ms:6.2f} ms"
-            print(line, file=sys.stderr)
-        report(via, straight, reference)
-        errors = sum(s.errors for s in via + straight + reference)
-        if errors:
-            print(f"WARNING: {errors} failed or non-2xx requests; see bench/last-run.log", file=sys.stderr)
-        return 0
-    finally:
-        for process in processes:
-            process.send_signal(signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        workdir.cleanup()
-        asyncio.run(admin(server_dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+            via, straight, reference = [], [], []
+            for repeat in range(1, args.repeats + 1):
+                via.append(through_gateway("g"))
+                straight.append(direct("d"))
+                line = (f"round {repeat}: via gateway {via[-1].rps:7.0f} req/s p50 {via[-1].p50_ms:6.2f} ms | "
+                        f"direct {straight[-1].rps:7.0f} req/s p50 {straight[-1].p50_ms:6.2f} ms")
+                if args.builtin:
+                    reference.append(builtin("b"))
+                    line += f" | built-in add {reference[-1].rps:7.0f} req/s p50 {reference[-1].p50_ms:6.2f} ms"
+                print(line, file=sys.stderr)
+            report(via, straight, reference)
+            common.warn_on_errors(via + straight + reference)
+            return 0
+        finally:
+            common.stop(processes)
 
 
 def report(via: list[Sample], straight: list[Sample], reference: list[Sample]) -> None:

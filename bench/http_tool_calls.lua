@@ -1,13 +1,8 @@
 -- wrk script for the gateway side of bench/http_tool.py: one HTTP tool call per request,
 -- with a fresh tool_call id and a fresh argument every time, spread over the given runs.
 --   wrk ... -s http_tool_calls.lua URL -- TOKEN PREFIX RUN_ID [RUN_ID ...]
-local threads = {}
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
 local counter = 0
-
-function setup(thread)
-  thread:set("tid", #threads + 1)
-  table.insert(threads, thread)
-end
 
 function init(args)
   token = args[1]
@@ -25,11 +20,4 @@ function request()
     '{"tool_calls":[{"id":"%s","type":"function","function":{"name":"lookup","arguments":"{\\"value\\":\\"%s\\"}"}}]}',
     id, id)
   return wrk.format("POST", "/v1/runs/" .. run .. "/tool-calls", headers, body)
-end
-
-function done(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d duration_us=%d errors=%d p50_us=%d p99_us=%d non2xx=%d\n",
-    summary.requests, summary.duration,
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50), latency:percentile(99), summary.errors.status))
 end

@@ -21,24 +21,16 @@ On a small machine, more workers than cores measure contention, not scale.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.hot_path import SECRET, Sample, admin, free_port, median, wait_until_up, wrk  # noqa: E402
-from gateway.auth.dev_tokens import mint_token  # noqa: E402
-from gateway.settings import Settings  # noqa: E402
+from bench import common  # noqa: E402
+from bench.common import Sample, median  # noqa: E402
 
 
 @dataclass
@@ -48,83 +40,45 @@ class Row:
     baseline: list[Sample]
 
 
-def stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=64)
+    common.add_load_options(parser, duration=5, repeats=3, connections=64)
     parser.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
-    parser.add_argument("--runs", type=int, default=32, help="how many gateway runs the load is spread over")
-    parser.add_argument("--log-level", default="INFO", help="the gateway's GATEWAY_LOG_LEVEL during the bench")
     args = parser.parse_args()
     worker_counts = [int(n) for n in args.workers.split(",") if n.strip()]
-    if shutil.which("wrk") is None:
-        print("bench: wrk is needed (Debian: apt-get install wrk)", file=sys.stderr)
+    if common.wrk_missing():
         return 2
 
-    server_dsn = os.environ.get("BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    database = f"gateway_bench_{uuid.uuid4().hex[:8]}"
-    db_dsn = server_dsn.rsplit("/", 1)[0] + "/" + database
-    asyncio.run(admin(server_dsn, f'CREATE DATABASE "{database}"'))
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("PROMETHEUS_")},
-        "GATEWAY_DATABASE_URL": db_dsn.replace("postgresql://", "postgresql+asyncpg://", 1),
-        "GATEWAY_JWT_SECRET": SECRET,
-        "GATEWAY_LOG_LEVEL": args.log_level,
-        "BENCH_BASELINE_DSN": db_dsn,
-    }
-    gateway = str(ROOT / ".venv/bin/gateway") if (ROOT / ".venv/bin/gateway").exists() else "gateway"
-    rows: list[Row] = []
-    log = open(ROOT / "bench" / "last-run.log", "wb")  # noqa: SIM115
-    try:
-        subprocess.run([gateway, "migrate"], env=env, check=True, capture_output=True)
-        subprocess.run([gateway, "seed-demo"], env=env, check=True, capture_output=True)
-        settings = Settings(database_url=env["GATEWAY_DATABASE_URL"], jwt_secret=SECRET)
-        token = mint_token(settings, tenant_id="acme", user_id="alice", roles=["member"], ttl_s=3600)
+    with common.bench_database("gateway_bench") as db_dsn, common.open_log() as log:
+        env = common.gateway_env(
+            db_dsn,
+            log_level=args.log_level,
+            environ={k: v for k, v in os.environ.items() if not k.startswith("PROMETHEUS_")},
+            BENCH_BASELINE_DSN=db_dsn,
+        )
+        rows: list[Row] = []
+        common.prepare_gateway(env)
+        token = common.member_token(env["GATEWAY_DATABASE_URL"])
         runs: list[str] = []
         for workers in worker_counts:
-            gateway_port, baseline_port = free_port(), free_port()
-            processes = [
-                subprocess.Popen(
-                    [gateway, "serve", "--host", "127.0.0.1", "--port", str(gateway_port), "--workers", str(workers),
-                     "--no-migrate"],
-                    env=env, stdout=log, stderr=log,
-                ),
-                subprocess.Popen(
-                    [sys.executable, "-m", "uvicorn", "bench.baseline_app:app", "--host", "127.0.0.1", "--port",
-                     str(baseline_port), "--workers", str(workers), "--loop", "uvloop", "--http", "httptools",
-                     "--no-access-log", "--log-level", "warning"],
-                    env=env, cwd=ROOT, stdout=log, stderr=log,
-                ),
+            gateway_port, baseline_port = common.free_port(), common.free_port()
+            processes: common.Processes = [
+                common.start_gateway(gateway_port, env, log, "--workers", str(workers), "--no-migrate"),
+                common.start_uvicorn("bench.baseline_app:app", baseline_port, env, log, "--workers", str(workers)),
             ]
             try:
                 gateway_url = f"http://127.0.0.1:{gateway_port}"
                 baseline_url = f"http://127.0.0.1:{baseline_port}"
-                wait_until_up(gateway_url + "/readyz", timeout=60)
-                wait_until_up(baseline_url + "/", timeout=60)
+                common.wait_until_up(gateway_url + "/readyz", timeout=60)
+                common.wait_until_up(baseline_url + "/", timeout=60)
                 if not runs:
-                    with httpx.Client(base_url=gateway_url, headers={"Authorization": f"Bearer {token}"}) as client:
-                        for _ in range(args.runs):
-                            response = client.post("/v1/runs", json={"max_tool_calls": 10_000_000})
-                            response.raise_for_status()
-                            runs.append(response.json()["id"])
+                    with common.gateway_client(gateway_url, token) as client:
+                        runs = common.create_runs(client, args.runs, max_tool_calls=10_000_000)
 
                 def drive(url: str, label: str) -> Sample:
-                    prefix = f"{label}{workers}{uuid.uuid4().hex[:6]}"
-                    return wrk(url, [token, prefix, "1", *runs], connections=args.connections,
-                               duration=args.duration)
+                    prefix = common.fresh_prefix(f"{label}{workers}")
+                    return common.wrk(url, "tool_calls.lua", [token, prefix, "1", *runs],
+                                      connections=args.connections, duration=args.duration)
 
                 print(f"{workers} worker(s): warming up ({args.connections} connections) ...", file=sys.stderr)
                 drive(gateway_url, "w")
@@ -140,15 +94,10 @@ def main() -> int:
                     )
                 rows.append(row)
             finally:
-                stop(processes)
+                common.stop(processes, sig=signal.SIGTERM, timeout=40)
         report(rows, args.connections)
-        errors = sum(s.errors for row in rows for s in row.gateway + row.baseline)
-        if errors:
-            print(f"WARNING: {errors} failed or non-2xx requests; see bench/last-run.log", file=sys.stderr)
+        common.warn_on_errors(s for row in rows for s in row.gateway + row.baseline)
         return 0
-    finally:
-        log.close()
-        asyncio.run(admin(server_dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
 
 
 def report(rows: list[Row], connections: int) -> None:

@@ -1,13 +1,8 @@
 -- wrk script: every request carries fresh tool_call ids and fresh arguments, and the
 -- requests are spread over the runs given as script arguments.
 --   wrk ... -s tool_calls.lua URL -- TOKEN PREFIX BATCH RUN_ID [RUN_ID ...]
-local threads = {}
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "") .. "common.lua")
 local counter = 0
-
-function setup(thread)
-  thread:set("tid", #threads + 1)
-  table.insert(threads, thread)
-end
 
 function init(args)
   token = args[1]
@@ -30,11 +25,4 @@ function request()
   end
   local body = '{"tool_calls":[' .. table.concat(calls, ",") .. ']}'
   return wrk.format("POST", "/v1/runs/" .. run .. "/tool-calls", headers, body)
-end
-
-function done(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d duration_us=%d errors=%d p50_us=%d p99_us=%d non2xx=%d\n",
-    summary.requests, summary.duration,
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency:percentile(50), latency:percentile(99), summary.errors.status))
 end

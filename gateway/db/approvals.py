@@ -7,6 +7,7 @@ processes or a retry cannot both win it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -64,20 +65,30 @@ async def list_approvals(
     return list((await conn.execute(stmt)).all())
 
 
+async def _move(
+    conn: AsyncConnection, *, tenant_id: str, approval_id: str, when: Iterable[sa.ColumnElement[bool]], **values: Any
+) -> bool:
+    """One move of an approval: a conditional UPDATE of the tenant's row; True if this caller made it."""
+    result = await conn.execute(
+        sa.update(approvals)
+        .where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id, *when)
+        .values(**values)
+    )
+    return result.rowcount == 1
+
+
+def _undecided(now: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+    """Pending and not expired yet: an approver may still decide it."""
+    return approvals.c.status == "pending", approvals.c.expires_at > now
+
+
 async def claim_for_execution(
     conn: AsyncConnection, *, tenant_id: str, approval_id: str, approver_id: str, now: datetime
 ) -> bool:
-    result = await conn.execute(
-        sa.update(approvals)
-        .where(
-            approvals.c.tenant_id == tenant_id,
-            approvals.c.id == approval_id,
-            approvals.c.status == "pending",
-            approvals.c.expires_at > now,
-        )
-        .values(status="executing", decided_by=approver_id, decided_at=now)
+    return await _move(
+        conn, tenant_id=tenant_id, approval_id=approval_id, when=_undecided(now),
+        status="executing", decided_by=approver_id, decided_at=now,
     )
-    return result.rowcount == 1
 
 
 async def reject(
@@ -91,55 +102,29 @@ async def reject(
     content: str,
     now: datetime,
 ) -> bool:
-    result = await conn.execute(
-        sa.update(approvals)
-        .where(
-            approvals.c.tenant_id == tenant_id,
-            approvals.c.id == approval_id,
-            approvals.c.status == "pending",
-            approvals.c.expires_at > now,
-        )
-        .values(
-            status="rejected",
-            decided_by=approver_id,
-            decided_at=now,
-            reason=reason,
-            outcome=outcome,
-            outcome_content=content,
-            finished_at=now,
-        )
+    return await _move(
+        conn, tenant_id=tenant_id, approval_id=approval_id, when=_undecided(now),
+        status="rejected", decided_by=approver_id, decided_at=now, reason=reason,
+        outcome=outcome, outcome_content=content, finished_at=now,
     )
-    return result.rowcount == 1
 
 
 async def expire_if_due(
     conn: AsyncConnection, *, tenant_id: str, approval_id: str, outcome: str, content: str, now: datetime
 ) -> bool:
-    result = await conn.execute(
-        sa.update(approvals)
-        .where(
-            approvals.c.tenant_id == tenant_id,
-            approvals.c.id == approval_id,
-            approvals.c.status == "pending",
-            approvals.c.expires_at <= now,
-        )
-        .values(status="expired", outcome=outcome, outcome_content=content, finished_at=now)
+    return await _move(
+        conn, tenant_id=tenant_id, approval_id=approval_id,
+        when=(approvals.c.status == "pending", approvals.c.expires_at <= now),
+        status="expired", outcome=outcome, outcome_content=content, finished_at=now,
     )
-    return result.rowcount == 1
 
 
 async def finish(
     conn: AsyncConnection, *, tenant_id: str, approval_id: str, succeeded: bool, outcome: str, content: str, now: datetime
 ) -> None:
-    await conn.execute(
-        sa.update(approvals)
-        .where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id, approvals.c.status == "executing")
-        .values(
-            status="succeeded" if succeeded else "failed",
-            outcome=outcome,
-            outcome_content=content,
-            finished_at=now,
-        )
+    await _move(
+        conn, tenant_id=tenant_id, approval_id=approval_id, when=(approvals.c.status == "executing",),
+        status="succeeded" if succeeded else "failed", outcome=outcome, outcome_content=content, finished_at=now,
     )
 
 

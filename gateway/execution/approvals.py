@@ -208,23 +208,17 @@ class ApprovalService:
             conn, run_id=row.run_id, tool_call_id=row.tool_call_id, outcome=outcome.outcome,
             content=outcome.content, now=now,
         )
-        await q.append_audit(
+        await self._audit(
             conn,
-            tenant_id=row.tenant_id,
+            row,
             kind="tool_call",
             user_id=row.requester_id,
-            run_id=row.run_id,
-            tool_call_id=row.tool_call_id,
-            tool=row.tool,
-            arguments=self._redacted(row),
-            arguments_sha256=row.arguments_sha256,
             outcome=outcome.outcome,
-            duration_ms=outcome.duration_ms,
-            approval_id=row.id,
             request_id=request_id,
+            now=now,
+            duration_ms=outcome.duration_ms,
             error_id=outcome.error_id,
             detail={"approved_by": approver.user_id},
-            created_at=now,
         )
 
     async def _audit_decision(
@@ -234,21 +228,37 @@ class ApprovalService:
         detail: dict[str, Any] = {"requester": row.requester_id}
         if reason is not None:
             detail["reason"] = reason
-        await q.append_audit(
+        await self._audit(
             conn,
-            tenant_id=approver.tenant_id,
+            row,
             kind="approval_decision",
             user_id=approver.user_id,
+            outcome=str(outcome),
+            request_id=request_id,
+            now=now,
+            detail=detail,
+        )
+
+    async def _audit(
+        self, conn: Any, row: Any, *, kind: str, user_id: str, outcome: str, request_id: str | None, now: datetime,
+        **fields: Any,
+    ) -> None:
+        """An audit row about the approval's frozen call, its arguments redacted as its tool says."""
+        await q.append_audit(
+            conn,
+            tenant_id=row.tenant_id,
+            kind=kind,
+            user_id=user_id,
             run_id=row.run_id,
             tool_call_id=row.tool_call_id,
             tool=row.tool,
             arguments=self._redacted(row),
             arguments_sha256=row.arguments_sha256,
-            outcome=str(outcome),
+            outcome=outcome,
             approval_id=row.id,
             request_id=request_id,
-            detail=detail,
             created_at=now,
+            **fields,
         )
 
     def redacted_arguments(self, row: Any) -> dict[str, Any]:

@@ -63,30 +63,37 @@ class TransactionalCalls:
         idempotency_key: str | None = None,
         log_fields: dict[str, Any] | None = None,
     ) -> CallOutcome:
-        if tool.remote:
-            return await self._run_outside(
-                tool, arguments, principal=principal, run_id=run_id, tool_call_id=tool_call_id,
-                request_id=request_id, record=record, idempotency_key=idempotency_key,
+        async def call(transaction: AsyncConnection | None) -> CallOutcome:
+            ctx = ToolContext(
+                principal=principal,
+                run_id=run_id,
+                tool_call_id=tool_call_id,
+                request_id=request_id,
+                db=self._db,
+                idempotency_key=idempotency_key,
+                transaction=transaction,
             )
+            return await run_tool(
+                tool,
+                arguments,
+                ctx,
+                default_timeout_s=self._settings.tool_timeout_s,
+                default_max_result_bytes=self._settings.tool_max_result_bytes,
+            )
+
+        if tool.remote:
+            # A tool whose effects live elsewhere (a business service behind HTTP): nothing of
+            # its work can join our transaction, so it runs with none open — holding one across a
+            # remote call would keep a connection (and SQLite's write lock) for its whole duration.
+            # Its outcome and audit row then commit together.
+            outcome = await call(None)
+            async with self._db.begin() as conn:
+                await record(conn, outcome)
+            return outcome
         try:
             async with self._db.begin() as conn:
-                ctx = ToolContext(
-                    principal=principal,
-                    run_id=run_id,
-                    tool_call_id=tool_call_id,
-                    request_id=request_id,
-                    db=self._db,
-                    idempotency_key=idempotency_key,
-                    transaction=conn,
-                )
                 savepoint = await conn.begin_nested()
-                outcome = await run_tool(
-                    tool,
-                    arguments,
-                    ctx,
-                    default_timeout_s=self._settings.tool_timeout_s,
-                    default_max_result_bytes=self._settings.tool_max_result_bytes,
-                )
+                outcome = await call(conn)
                 if outcome.ok:
                     await savepoint.commit()
                 else:
@@ -101,41 +108,6 @@ class TransactionalCalls:
             async with self._db.begin() as conn:
                 await record(conn, failed)
             return failed
-        return outcome
-
-    async def _run_outside(
-        self,
-        tool: Tool,
-        arguments: DecodedArguments,
-        *,
-        principal: Principal,
-        run_id: str,
-        tool_call_id: str,
-        request_id: str | None,
-        record: Recorder,
-        idempotency_key: str | None,
-    ) -> CallOutcome:
-        """A tool whose effects live elsewhere (a business service behind HTTP): nothing of
-        its work can join our transaction, so it runs with none open — holding one across a
-        remote call would keep a connection (and SQLite's write lock) for its whole duration.
-        Its outcome and audit row then commit together."""
-        ctx = ToolContext(
-            principal=principal,
-            run_id=run_id,
-            tool_call_id=tool_call_id,
-            request_id=request_id,
-            db=self._db,
-            idempotency_key=idempotency_key,
-        )
-        outcome = await run_tool(
-            tool,
-            arguments,
-            ctx,
-            default_timeout_s=self._settings.tool_timeout_s,
-            default_max_result_bytes=self._settings.tool_max_result_bytes,
-        )
-        async with self._db.begin() as conn:
-            await record(conn, outcome)
         return outcome
 
     async def run_plan(

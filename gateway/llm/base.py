@@ -8,12 +8,23 @@ format, so the loop never learns which provider answers it.
 from __future__ import annotations
 
 import uuid
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+import msgspec
+import structlog
 
 from gateway.errors import ErrorCode, GatewayError
 
+if TYPE_CHECKING:
+    from gateway.llm.transport import UpstreamTransport
+    from gateway.settings import LlmProvider
+
+log = structlog.get_logger("gateway.llm")
+
 Message = dict[str, Any]
+Answer = TypeVar("Answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +114,70 @@ class UpstreamError(GatewayError):
 
 def new_tool_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
+
+
+class HttpChatModel(ABC):
+    """A provider answering one JSON POST to ``base_url`` + ``path`` per round trip.
+
+    An adapter says what to send (``payload``) and how to read the answer (``parse``); the
+    round trip itself, with its retries and the run's deadline, is the transport's.
+    """
+
+    path: ClassVar[str]
+
+    def __init__(self, provider: LlmProvider, transport: UpstreamTransport) -> None:
+        self.name = provider.name
+        self.model = provider.model
+        self.context_window = provider.context_window
+        self._provider = provider
+        self._transport = transport
+        self._url = provider.base_url.rstrip("/") + self.path
+
+    async def chat(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]],
+        *,
+        options: SamplingOptions,
+        deadline: float | None = None,
+    ) -> ChatResult:
+        body = await self._transport.post_json(
+            self._url,
+            self.payload(messages, tools, options),
+            provider=self.name,
+            api_key=self._provider.api_key,
+            timeout_s=self._provider.timeout_s,
+            deadline=deadline,
+        )
+        return self.parse(body)
+
+    @abstractmethod
+    def payload(
+        self, messages: list[Message], tools: list[dict[str, Any]], options: SamplingOptions
+    ) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def parse(self, body: bytes) -> ChatResult: ...
+
+
+def decode_answer(decoder: msgspec.json.Decoder[Answer], body: bytes, *, provider: str) -> Answer:
+    """The provider's answer in its wire type; one that does not fit is ``UPSTREAM_BAD_RESPONSE``."""
+    try:
+        return decoder.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        # msgspec's message names the path and the expected type; it quotes no content.
+        problem = str(exc).splitlines()[0][:200] if isinstance(exc, msgspec.ValidationError) else "not JSON"
+        log.warning("model_response_malformed", provider=provider, problem=problem)
+        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE) from None
+
+
+def model_tool_call(
+    *, id: str | None, name: str, arguments: dict[str, Any] | str | None, provider: str
+) -> ModelToolCall:
+    """A tool call as the model sent it; its arguments as a JSON string (``{}`` when it sent none)."""
+    if not name:
+        log.warning("model_response_malformed", provider=provider, problem="tool call without a name")
+        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
+    if not isinstance(arguments, str):
+        arguments = msgspec.json.encode(arguments or {}).decode()
+    return ModelToolCall(id=id, name=name, arguments=arguments)

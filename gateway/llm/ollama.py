@@ -11,23 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import structlog
 
-from gateway.errors import ErrorCode
 from gateway.llm.base import (
     AssistantMessage,
     ChatResult,
+    HttpChatModel,
     Message,
-    ModelToolCall,
     SamplingOptions,
-    UpstreamError,
     Usage,
+    decode_answer,
+    model_tool_call,
     new_tool_call_id,
 )
-from gateway.llm.transport import UpstreamTransport
-from gateway.settings import LlmProvider
-
-log = structlog.get_logger("gateway.llm")
 
 
 class _Function(msgspec.Struct):
@@ -66,23 +61,10 @@ _OPTION_NAMES = {
 }
 
 
-class OllamaChatModel:
-    def __init__(self, provider: LlmProvider, transport: UpstreamTransport) -> None:
-        self.name = provider.name
-        self.model = provider.model
-        self.context_window = provider.context_window
-        self._provider = provider
-        self._transport = transport
-        self._url = provider.base_url.rstrip("/") + "/api/chat"
+class OllamaChatModel(HttpChatModel):
+    path = "/api/chat"
 
-    async def chat(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        *,
-        options: SamplingOptions,
-        deadline: float | None = None,
-    ) -> ChatResult:
+    def payload(self, messages: list[Message], tools: list[dict[str, Any]], options: SamplingOptions) -> dict[str, Any]:
         wire_options: dict[str, Any] = {"num_ctx": self.context_window}
         for name, value in options.as_dict().items():
             if name in _OPTION_NAMES:
@@ -95,14 +77,9 @@ class OllamaChatModel:
         }
         if tools and options.tool_choice != "none":
             payload["tools"] = tools
-        body = await self._transport.post_json(
-            self._url,
-            payload,
-            provider=self.name,
-            api_key=self._provider.api_key,
-            timeout_s=self._provider.timeout_s,
-            deadline=deadline,
-        )
+        return payload
+
+    def parse(self, body: bytes) -> ChatResult:
         return parse_answer(body, provider=self.name, fallback_model=self.model)
 
 
@@ -141,20 +118,12 @@ def _as_object(arguments: Any) -> dict[str, Any]:
 
 
 def parse_answer(body: bytes, *, provider: str, fallback_model: str) -> ChatResult:
-    try:
-        answer = _decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        problem = str(exc).splitlines()[0][:200] if isinstance(exc, msgspec.ValidationError) else "not JSON"
-        log.warning("model_response_malformed", provider=provider, problem=problem)
-        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE) from None
-    calls = []
-    for call in answer.message.tool_calls or ():
-        if not call.function.name:
-            log.warning("model_response_malformed", provider=provider, problem="tool call without a name")
-            raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
-        arguments = call.function.arguments
-        encoded = arguments if isinstance(arguments, str) else msgspec.json.encode(arguments or {}).decode()
-        calls.append(ModelToolCall(id=call.id or new_tool_call_id(), name=call.function.name, arguments=encoded))
+    answer = decode_answer(_decoder, body, provider=provider)
+    calls = [
+        model_tool_call(id=call.id or new_tool_call_id(), name=call.function.name,
+                        arguments=call.function.arguments, provider=provider)
+        for call in answer.message.tool_calls or ()
+    ]
     finish_reason = answer.done_reason
     if calls and finish_reason == "stop":
         finish_reason = "tool_calls"  # the native API has no such reason; it is not a disagreement

@@ -12,9 +12,17 @@ import msgspec
 import structlog
 
 from gateway.errors import ErrorCode
-from gateway.llm.base import AssistantMessage, ChatResult, Message, ModelToolCall, SamplingOptions, UpstreamError, Usage
-from gateway.llm.transport import UpstreamTransport
-from gateway.settings import LlmProvider
+from gateway.llm.base import (
+    AssistantMessage,
+    ChatResult,
+    HttpChatModel,
+    Message,
+    SamplingOptions,
+    UpstreamError,
+    Usage,
+    decode_answer,
+    model_tool_call,
+)
 
 log = structlog.get_logger("gateway.llm")
 
@@ -55,37 +63,19 @@ class _Completion(msgspec.Struct):
 _decoder = msgspec.json.Decoder(_Completion)
 
 
-class OpenAIChatModel:
-    def __init__(self, provider: LlmProvider, transport: UpstreamTransport) -> None:
-        self.name = provider.name
-        self.model = provider.model
-        self.context_window = provider.context_window
-        self._provider = provider
-        self._transport = transport
-        self._url = provider.base_url.rstrip("/") + "/chat/completions"
+class OpenAIChatModel(HttpChatModel):
+    path = "/chat/completions"
 
-    async def chat(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]],
-        *,
-        options: SamplingOptions,
-        deadline: float | None = None,
-    ) -> ChatResult:
+    def payload(self, messages: list[Message], tools: list[dict[str, Any]], options: SamplingOptions) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": self.model, "messages": [_wire(m) for m in messages], "stream": False}
         if tools:  # an empty list is refused by some servers: leave it out
             payload["tools"] = tools
         payload.update(options.as_dict())
         if not tools:
             payload.pop("tool_choice", None)
-        body = await self._transport.post_json(
-            self._url,
-            payload,
-            provider=self.name,
-            api_key=self._provider.api_key,
-            timeout_s=self._provider.timeout_s,
-            deadline=deadline,
-        )
+        return payload
+
+    def parse(self, body: bytes) -> ChatResult:
         return parse_completion(body, provider=self.name, fallback_model=self.model)
 
 
@@ -97,26 +87,15 @@ def _wire(message: Message) -> Message:
 
 
 def parse_completion(body: bytes, *, provider: str, fallback_model: str) -> ChatResult:
-    try:
-        completion = _decoder.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        log.warning("model_response_malformed", provider=provider, problem=_problem(exc))
-        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE) from None
+    completion = decode_answer(_decoder, body, provider=provider)
     if not completion.choices:
         log.warning("model_response_malformed", provider=provider, problem="no choices")
         raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
     choice = completion.choices[0]
-    calls = []
-    for call in choice.message.tool_calls or ():
-        if not call.function.name:
-            log.warning("model_response_malformed", provider=provider, problem="tool call without a name")
-            raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
-        arguments = call.function.arguments
-        if arguments is None:
-            arguments = "{}"
-        elif not isinstance(arguments, str):
-            arguments = msgspec.json.encode(arguments).decode()
-        calls.append(ModelToolCall(id=call.id, name=call.function.name, arguments=arguments))
+    calls = [
+        model_tool_call(id=call.id, name=call.function.name, arguments=call.function.arguments, provider=provider)
+        for call in choice.message.tool_calls or ()
+    ]
     usage = completion.usage
     if usage is None:
         log.warning("model_usage_missing", provider=provider)
@@ -127,8 +106,3 @@ def parse_completion(body: bytes, *, provider: str, fallback_model: str) -> Chat
         finish_reason=choice.finish_reason,
         model=completion.model or fallback_model,
     )
-
-
-def _problem(exc: Exception) -> str:
-    """msgspec's message names the path and the expected type; it quotes no content."""
-    return str(exc).splitlines()[0][:200] if isinstance(exc, msgspec.ValidationError) else "not JSON"

@@ -65,17 +65,24 @@ class StructArguments:
         return self._schema
 
     def decode(self, raw: bytes) -> DecodedArguments:
-        if not raw.strip():
-            raw = b"{}"
+        return decode_arguments(raw, self._parse)
+
+    def _parse(self, raw: bytes) -> Any:
         try:
-            value = self._decoder.decode(raw)
+            return self._decoder.decode(raw)
         except msgspec.ValidationError as exc:
             raise ArgumentsInvalid(_safe_validation_message(str(exc), self._sensitive)) from None
         except msgspec.DecodeError:
             raise ArgumentsInvalid("Arguments must be a JSON object.") from None
-        canonical = msgspec.json.encode(value, order="sorted")
-        refuse_nul(canonical)
-        return DecodedArguments(value=value, canonical=canonical)
+
+
+def decode_arguments(raw: bytes, parse: Callable[[bytes], Any]) -> DecodedArguments:
+    """What every codec does around its own ``parse``: no arguments at all are an empty
+    object, and the parsed value gets its canonical JSON (sorted keys), NUL refused."""
+    value = parse(raw if raw.strip() else b"{}")
+    canonical = msgspec.json.encode(value, order="sorted")
+    refuse_nul(canonical)
+    return DecodedArguments(value=value, canonical=canonical)
 
 
 def refuse_nul(canonical: bytes) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema_rs
 import msgspec
 
-from gateway.tools.base import ArgumentsInvalid, DecodedArguments, refuse_nul
+from gateway.tools.base import ArgumentsInvalid, DecodedArguments, decode_arguments
 
 _decoder = msgspec.json.Decoder()
 
@@ -125,8 +125,9 @@ class JsonSchemaArguments:
         return self._schema
 
     def decode(self, raw: bytes) -> DecodedArguments:
-        if not raw.strip():
-            raw = b"{}"
+        return decode_arguments(raw, self._parse)
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
         try:
             value = _decoder.decode(raw)
         except msgspec.DecodeError:
@@ -139,9 +140,7 @@ class JsonSchemaArguments:
             value = {**self._defaults, **value}
         for check in self._checks:
             check(value)
-        canonical = msgspec.json.encode(value, order="sorted")
-        refuse_nul(canonical)
-        return DecodedArguments(value=value, canonical=canonical)
+        return value
 
     def _explain(self, value: dict[str, Any]) -> str:
         for error in self._validator.iter_errors(value):
