@@ -110,7 +110,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "The request body is too large."),
         _spec(E.INVALID_TOOL_CALL, 422, False,
               "A tool-call batch breaks the protocol (missing or empty id, type not `function`, empty name, "
-              "arguments not a string, or a body that is not a JSON batch); nothing in the batch ran.",
+              "arguments neither a string nor an object, a key given twice in one object, or a body that is not a "
+              "JSON batch); nothing in the batch ran.",
               "The tool-call batch is malformed."),
         _spec(E.DUPLICATE_TOOL_CALL_ID, 422, False,
               "Two calls in one batch share a tool_call_id; nothing in the batch ran.",
@@ -137,7 +138,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "The caller's roles do not grant this tool, or the business service refused the action for this user.",
               "You are not allowed to perform this action."),
         _spec(E.INVALID_ARGUMENTS, 422, False,
-              "The arguments are not a JSON object matching the tool's schema exactly (no coercion, no unknown fields).",
+              "The arguments are not a JSON object matching the tool's schema exactly (no coercion, no unknown fields, "
+              "no key given twice).",
               "The arguments do not match the tool's schema."),
         _spec(E.RUN_EXPIRED, 409, False,
               "The run has passed its expires_at; no further calls are accepted in it.",

@@ -2,7 +2,9 @@
 
 A batch breaks the protocol when it is not a JSON object ``{"tool_calls": [...]}``, or a
 call has a missing or empty id, a type other than ``function``, an empty name, or
-arguments that are neither a JSON string nor an object, or two calls share an id. Any of
+arguments that are neither a JSON string nor an object, or two calls share an id, or
+an object of the body gives one key twice (arguments sent as a JSON string are checked
+for that per call, like any other argument error). Any of
 these rejects the whole batch before anything runs: the model cannot be answered call by
 call when the calls cannot be told apart.
 """
@@ -15,6 +17,7 @@ from typing import Any
 import msgspec
 
 from gateway.errors import ErrorCode
+from gateway.tools.repeated_keys import repeated_key_problem
 
 MAX_TOOL_CALL_ID_LENGTH = 128
 MAX_TOOL_NAME_LENGTH = 128
@@ -63,6 +66,9 @@ def parse_batch(body: bytes, *, max_batch_size: int) -> list[ToolCallRequest]:
         raise ProtocolError(
             ErrorCode.INVALID_TOOL_CALL, 'The body must be a JSON object: {"tool_calls": [...]}.'
         ) from None
+    problem = repeated_key_problem(body)
+    if problem is not None:
+        raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"Malformed tool-call batch: {problem}.")
     return check_calls(batch.tool_calls, max_batch_size=max_batch_size)
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.auth.principal import Principal
 from gateway.db.engine import Database
+from gateway.tools.repeated_keys import repeated_key_problem
 
 REDACTED = "[REDACTED]"
 
@@ -78,7 +79,11 @@ class StructArguments:
 
 def decode_arguments(raw: bytes, parse: Callable[[bytes], Any]) -> DecodedArguments:
     """What every codec does around its own ``parse``: no arguments at all are an empty
-    object, and the parsed value gets its canonical JSON (sorted keys), NUL refused."""
+    object, a key given twice is refused, and the parsed value gets its canonical JSON
+    (sorted keys), NUL refused."""
+    problem = repeated_key_problem(raw)
+    if problem is not None:  # before parsing: which of the values was meant is unknowable
+        raise ArgumentsInvalid(f"Invalid arguments: {problem}.")
     value = parse(raw if raw.strip() else b"{}")
     canonical = msgspec.json.encode(value, order="sorted")
     refuse_nul(canonical)

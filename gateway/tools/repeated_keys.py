@@ -1,0 +1,47 @@
+"""Finding a key given twice in one JSON object.
+
+JSON leaves a repeated key undefined, and parsers disagree on it (the first value, the
+last, an error). The gateway's decoders keep the last one silently; a service, a log
+reader or an approver's tool may read the first. So a document the model sends with a
+repeated key is refused, naming the key, instead of being read one way here and another
+way elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_NAMED_KEY = 64
+
+
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Repeated(key)
+            seen.add(key)
+    return value
+
+
+def repeated_key_problem(document: bytes) -> str | None:
+    """What is wrong with ``document`` as far as repeated keys go, in words safe to show the
+    model, or ``None`` (also when it is not JSON at all: its decoder reports that)."""
+    if document.count(b":") < 2:  # every key needs a colon: fewer than two keys in all
+        return None
+    try:
+        json.loads(document, object_pairs_hook=_unique)
+    except _Repeated as exc:
+        return f"the key `{exc.key[:MAX_NAMED_KEY]}` is given more than once in one object"
+    except RecursionError:
+        return "it nests too deeply"
+    except ValueError:  # not JSON at all: the caller's decoder says so in its own words
+        return None
+    return None
