@@ -12,7 +12,7 @@ from gateway.db.models import Tenant
 from tests.support import db
 from tests.support.http import assert_error
 from tests.support.keys import claims, ec_key, hs256_with_raw_key, public_jwk, public_pem, rsa_key, signed, unsigned
-from tests.support.live_servers import JwksServer
+from tests.support.loopback import JwksServer
 from tests.support.tokens import auth, auth_for, make_token
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.app import seeded
 from tests.support.postgres import PostgresServer
-from tests.support.live_servers import gateway_processes
+from tests.support.processes import gateways
 
 FLEET_SIZE = 3
 
@@ -38,5 +38,5 @@ def fleet_database(postgres: PostgresServer, pg_template: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def fleet(fleet_database: str) -> Iterator[list[str]]:
     """Base URLs of several `gateway serve` processes sharing one PostgreSQL database."""
-    with gateway_processes(fleet_database, FLEET_SIZE) as urls:
-        yield urls
+    with gateways(fleet_database, FLEET_SIZE, policy_cache_s=0) as started:
+        yield [gateway.url for gateway in started]

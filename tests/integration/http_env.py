@@ -27,7 +27,7 @@ from gateway.demo import DEMO_TENANTS, seed_demo
 from gateway.settings import Settings
 from tests.conftest import _admin, make_settings
 from tests.support.business_service import ServiceState, create_business_service, service_state
-from tests.support.threaded_servers import ServerThread, closed_port, loopback_socket
+from tests.support.loopback import ServerThread, free_port, loopback_socket
 from tests.support.tokens import SERVICE_SIGNING_KEY, auth_for
 
 TOOLS_TOML = """
@@ -218,7 +218,7 @@ def http_env(request: pytest.FixtureRequest, **overrides: Any) -> Iterator[HttpE
                 service_base_urls=(
                     f"orders={service.url}/api",
                     f"billing={service.url}/api",
-                    f"down=http://127.0.0.1:{closed_port()}/api",
+                    f"down=http://127.0.0.1:{free_port()}/api",
                 ),
                 service_signing_key=SERVICE_SIGNING_KEY,
                 **overrides,

@@ -16,7 +16,7 @@ from gateway.audit.verify import VerifyReport, verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
-from tests.support.servers import run_cli
+from tests.support.processes import run_cli
 
 
 @pytest.fixture

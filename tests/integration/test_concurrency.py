@@ -9,6 +9,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from gateway.db.models import Run
 from tests.support import db
 from tests.support.app import make_settings
 from tests.support.client_calls import batch, code_of, tool_call
-from tests.support.live_servers import serve_in_thread
+from tests.support.loopback import ServerThread
 from tests.support.tokens import auth_for
 from tests.support.tools import Probe, registry_with_probe
 
@@ -34,10 +35,17 @@ def probe() -> Probe:
     return Probe()
 
 
+@contextmanager
+def serving(database_url: str, probe: Probe) -> Iterator[str]:
+    """The app with the probe's tools under a real uvicorn server; yields its base URL."""
+    app = create_app(make_settings(database_url), registry=registry_with_probe(probe))
+    with ServerThread(app) as server:
+        yield server.url
+
+
 @pytest.fixture
 def server(seeded_pg_url: str, probe: Probe) -> Iterator[str]:
-    app = create_app(make_settings(seeded_pg_url), registry=registry_with_probe(probe))
-    with serve_in_thread(app) as base_url:
+    with serving(seeded_pg_url, probe) as base_url:
         yield base_url
 
 
@@ -80,12 +88,18 @@ async def assert_exactly_budget_executed(url: str, run_id: str, contents: list[d
 # --- one server --------------------------------------------------------------------------
 
 
-async def test_concurrent_requests_never_exceed_the_budget(server, http, probe, seeded_pg_url):
-    run_id = await new_run(http, server, ALICE, max_tool_calls=BUDGET)
+async def assert_concurrent_requests_stay_within_the_budget(
+    http: httpx.AsyncClient, base_url: str, database_url: str, probe: Probe
+) -> None:
+    run_id = await new_run(http, base_url, ALICE, max_tool_calls=BUDGET)
     calls = [tool_call(f"c{i}", "count", {"text": str(i)}) for i in range(CONCURRENT_REQUESTS)]
-    contents = await call_each(http, [server], run_id, calls, ALICE)
-    await assert_exactly_budget_executed(seeded_pg_url, run_id, contents)
+    contents = await call_each(http, [base_url], run_id, calls, ALICE)
+    await assert_exactly_budget_executed(database_url, run_id, contents)
     assert sum(probe.executions.values()) == BUDGET
+
+
+async def test_concurrent_requests_never_exceed_the_budget(server, http, probe, seeded_pg_url):
+    await assert_concurrent_requests_stay_within_the_budget(http, server, seeded_pg_url, probe)
 
 
 async def test_budgets_of_several_runs_stay_exact_when_their_calls_interleave(server, http, probe, seeded_pg_url):
@@ -176,14 +190,9 @@ async def test_the_repeat_limit_holds_across_gateway_processes(fleet, http):
 
 @pytest.fixture
 def sqlite_server(seeded_sqlite_url: str, probe: Probe) -> Iterator[str]:
-    app = create_app(make_settings(seeded_sqlite_url), registry=registry_with_probe(probe))
-    with serve_in_thread(app) as base_url:
+    with serving(seeded_sqlite_url, probe) as base_url:
         yield base_url
 
 
 async def test_concurrent_requests_never_exceed_the_budget_on_sqlite_either(sqlite_server, http, probe, seeded_sqlite_url):
-    run_id = await new_run(http, sqlite_server, ALICE, max_tool_calls=BUDGET)
-    calls = [tool_call(f"c{i}", "count", {"text": str(i)}) for i in range(CONCURRENT_REQUESTS)]
-    contents = await call_each(http, [sqlite_server], run_id, calls, ALICE)
-    await assert_exactly_budget_executed(seeded_sqlite_url, run_id, contents)
-    assert sum(probe.executions.values()) == BUDGET
+    await assert_concurrent_requests_stay_within_the_budget(http, sqlite_server, seeded_sqlite_url, probe)

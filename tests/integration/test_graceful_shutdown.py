@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import seeded
 from tests.support.batches import batch, call, contents, outcome
-from tests.support.server import gateway_env, start_gateway, wait_until_ready
+from tests.support.processes import gateway_env, start_gateway, wait_until_ready
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres

@@ -22,7 +22,7 @@ from tests.support.keys import (
     signed,
     unsigned,
 )
-from tests.support.live_servers import JwksServer
+from tests.support.loopback import JwksServer
 from tests.support.tokens import TEST_SECRET, make_token
 
 
