@@ -23,6 +23,7 @@ from gateway.tools.registry import ToolRegistry
 from tests.support.app import make_settings, seeded
 from tests.support.logs import CapturedLogs
 from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
+from tests.support.tools import Probe, registry_with_probe
 
 
 def _admin(server: PostgresServer, *statements: str) -> None:
@@ -155,8 +156,17 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-def tool_registry() -> ToolRegistry | None:
-    """Override in a test module to serve other tools (None: the built-in ones)."""
+def probe() -> Probe:
+    """What the probe's tools (tests.support.tools) were asked to do, in this test."""
+    return Probe()
+
+
+@pytest.fixture
+def tool_registry(request: pytest.FixtureRequest) -> ToolRegistry | None:
+    """The tools the app serves: the built-in ones (None), and the probe's too in a module marked
+    ``probe_tools``. Override in a test module to serve other tools."""
+    if request.node.get_closest_marker("probe_tools"):
+        return registry_with_probe(request.getfixturevalue("probe"))
     return None
 
 

@@ -16,20 +16,11 @@ from tests.support.approvals import CAROL, approve, reject, request_approval
 from tests.support.calls import create_run, outcome, send_one
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE, BOB = auth_for("alice"), auth_for("bob")
 NEW_ARTICLE = {"title": "Quarterly numbers", "body": "Up and to the right."}
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 @pytest.fixture

@@ -17,14 +17,10 @@ from tests.support.app import make_settings
 from tests.support.approvals import approve, request_approval
 from tests.support.calls import create_run, outcome, send_one
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 BOB = auth_for("bob")
-
-
-@pytest.fixture
-def tool_registry():
-    return registry_with_probe(Probe())
 
 
 class StricterNote(Strict):

@@ -13,15 +13,11 @@ from tests.support import db
 from tests.support.approvals import CAROL, approve, reject, request_approval
 from tests.support.calls import batch, create_run, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 BOB = auth_for("bob")
 REQUEST_ID = "audit-req-0001"
-
-
-@pytest.fixture
-def tool_registry():
-    return registry_with_probe(Probe())
 
 
 def sha(data: bytes) -> str:

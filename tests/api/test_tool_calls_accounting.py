@@ -7,19 +7,10 @@ import pytest
 from tests.support import db
 from tests.support.calls import create_run, outcome, send, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE = auth_for("alice")
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 async def usage(client, run_id: str) -> int:

@@ -10,19 +10,10 @@ import pytest
 from tests.support import db
 from tests.support.calls import create_run, outcome, send, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE, BOB = auth_for("alice"), auth_for("bob")
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 async def test_an_unknown_tool_is_tool_not_found(client):

@@ -10,25 +10,11 @@ import pytest
 from tests.support import db
 from tests.support.calls import create_run, outcome, send, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import (
-    BIG_RESULT_LIMIT,
-    LEAKY_DETAILS,
-    MISSING_TABLE,
-    Probe,
-    registry_with_probe,
-)
+from tests.support.tools import BIG_RESULT_LIMIT, LEAKY_DETAILS, MISSING_TABLE
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE = auth_for("alice")
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 async def test_answers_keep_the_order_of_the_calls(client):

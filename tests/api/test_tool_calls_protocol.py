@@ -10,19 +10,10 @@ from tests.support import db
 from tests.support.calls import create_run, tool_call
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 BOB = auth_for("bob")
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 def good_calls() -> list[dict]:

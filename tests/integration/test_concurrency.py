@@ -30,11 +30,6 @@ BUDGET = 10
 TIMEOUT = httpx.Timeout(60.0)
 
 
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
 @contextmanager
 def serving(database_url: str, probe: Probe) -> Iterator[str]:
     """The app with the probe's tools under a real uvicorn server; yields its base URL."""
