@@ -8,6 +8,7 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from gateway.db.migrate import upgrade_to_head
 from gateway.db.models import Base
 from gateway.tools.registry import ToolRegistry
 from tests.support.app import make_settings, seeded
+from tests.support.keys import ec_key, public_jwk, rsa_key
 from tests.support.logs import CapturedLogs
+from tests.support.loopback import JwksServer
 from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
 from tests.support.tools import Probe, registry_with_probe
 
@@ -170,8 +173,8 @@ def tool_registry(request: pytest.FixtureRequest) -> ToolRegistry | None:
     return None
 
 
-@pytest.fixture
-async def client(
+@asynccontextmanager
+async def _test_client(
     database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
 ) -> AsyncIterator[AsyncTestClient]:
     app = create_app(make_settings(database_url, **settings_overrides), registry=tool_registry)
@@ -180,12 +183,29 @@ async def client(
 
 
 @pytest.fixture
+async def client(
+    database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
+) -> AsyncIterator[AsyncTestClient]:
+    """The app on either database, behind Litestar's test client."""
+    async with _test_client(database_url, settings_overrides, tool_registry) as test_client:
+        yield test_client
+
+
+@pytest.fixture
 async def pg_client(
     seeded_pg_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
 ) -> AsyncIterator[AsyncTestClient]:
-    app = create_app(make_settings(seeded_pg_url, **settings_overrides), registry=tool_registry)
-    async with AsyncTestClient(app=app) as test_client:
+    """The app on PostgreSQL, behind Litestar's test client."""
+    async with _test_client(seeded_pg_url, settings_overrides, tool_registry) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def jwks_server() -> Iterator[JwksServer]:
+    """An identity provider's key set on a loopback port: an RSA and an EC key (tests.support.keys)."""
+    with JwksServer() as server:
+        server.keys = [public_jwk("rsa-1", rsa_key("rsa-1"), "RS256"), public_jwk("ec-1", ec_key("ec-1"), "ES256")]
+        yield server
 
 
 @pytest.fixture

@@ -1,15 +1,18 @@
-"""PostgreSQL-only fixtures: the gateway served for real, in a thread or as several processes."""
+"""Fixtures of the integration tests: the demo database as the gateway opens it, and several
+`gateway serve` processes sharing one PostgreSQL database."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
 
+from gateway.db.engine import Database
 from tests.support.app import seeded
+from tests.support.db import open_database
 from tests.support.postgres import PostgresServer
 from tests.support.processes import gateways
 
@@ -22,6 +25,14 @@ async def _admin(server: PostgresServer, statement: str) -> None:
         await conn.execute(statement)
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """The demo tenants' database (SQLite and PostgreSQL), opened as the gateway opens it."""
+    await seeded(database_url)
+    async with open_database(database_url) as database:
+        yield database
 
 
 @pytest.fixture(scope="module")
