@@ -9,7 +9,7 @@ from litestar.testing import AsyncTestClient
 from gateway.observability import metrics
 from gateway.observability.timing import STAGES
 from tests.support.calls import batch, contents, new_run, outcome, tool_call
-from tests.support.prometheus import samples, value
+from tests.support.prometheus import growth, samples, value
 from tests.support.tokens import auth_for
 
 SERVER_TIMING_ENTRY = re.compile(r"^([a-z]+);dur=(\d+\.\d{3})$")
@@ -99,9 +99,7 @@ async def test_metrics_count_calls_outcomes_and_rejections(client: AsyncTestClie
     forbidden = await client.get("/v1/admin/approvals", headers=auth_for("alice"))
     assert forbidden.status_code == 403
     after = await scrape(client)
-
-    def delta(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+    delta = growth(before, after)
 
     assert delta("gateway_tool_calls_total", tool="add", outcome="OK") == 2
     assert delta("gateway_tool_calls_total", tool="add", outcome="BUDGET_EXCEEDED") == 1
@@ -146,9 +144,7 @@ async def test_model_call_metrics_record_latency_and_tokens(client: AsyncTestCli
     metrics.model_call(model="test-model", duration_s=0.42, prompt_tokens=120, completion_tokens=30)
     metrics.model_call(model="test-model", duration_s=2.0, outcome="timeout")
     after = await scrape(client)
-
-    def delta(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+    delta = growth(before, after)
 
     assert delta("gateway_model_request_duration_seconds_count", model="test-model", outcome="ok") == 1
     assert delta("gateway_model_request_duration_seconds_count", model="test-model", outcome="timeout") == 1
