@@ -8,6 +8,7 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ from gateway.db.migrate import upgrade_to_head
 from gateway.db.models import Base
 from gateway.tools.registry import ToolRegistry
 from tests.support.app import make_settings, seeded
+from tests.support.keys import ec_key, public_jwk, rsa_key
 from tests.support.logs import CapturedLogs
+from tests.support.loopback import JwksServer
 from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
+from tests.support.tools import Probe, registry_with_probe
 
 
 def _admin(server: PostgresServer, *statements: str) -> None:
@@ -155,13 +159,22 @@ def settings_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-def tool_registry() -> ToolRegistry | None:
-    """Override in a test module to serve other tools (None: the built-in ones)."""
-    return None
+def probe() -> Probe:
+    """What the probe's tools (tests.support.tools) were asked to do, in this test."""
+    return Probe()
 
 
 @pytest.fixture
-async def client(
+def tool_registry(request: pytest.FixtureRequest) -> ToolRegistry | None:
+    """The tools the app serves: the built-in ones (None), and the probe's too in a module marked
+    ``probe_tools``. Override in a test module to serve other tools."""
+    if request.node.get_closest_marker("probe_tools"):
+        return registry_with_probe(request.getfixturevalue("probe"))
+    return None
+
+
+@asynccontextmanager
+async def _test_client(
     database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
 ) -> AsyncIterator[AsyncTestClient]:
     app = create_app(make_settings(database_url, **settings_overrides), registry=tool_registry)
@@ -170,12 +183,29 @@ async def client(
 
 
 @pytest.fixture
+async def client(
+    database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
+) -> AsyncIterator[AsyncTestClient]:
+    """The app on either database, behind Litestar's test client."""
+    async with _test_client(database_url, settings_overrides, tool_registry) as test_client:
+        yield test_client
+
+
+@pytest.fixture
 async def pg_client(
     seeded_pg_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
 ) -> AsyncIterator[AsyncTestClient]:
-    app = create_app(make_settings(seeded_pg_url, **settings_overrides), registry=tool_registry)
-    async with AsyncTestClient(app=app) as test_client:
+    """The app on PostgreSQL, behind Litestar's test client."""
+    async with _test_client(seeded_pg_url, settings_overrides, tool_registry) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def jwks_server() -> Iterator[JwksServer]:
+    """An identity provider's key set on a loopback port: an RSA and an EC key (tests.support.keys)."""
+    with JwksServer() as server:
+        server.keys = [public_jwk("rsa-1", rsa_key("rsa-1"), "RS256"), public_jwk("ec-1", ec_key("ec-1"), "ES256")]
+        yield server
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 import sqlalchemy as sa
 
 from gateway.app import create_app
-from gateway.db.engine import Database
 from gateway.db.tenants import set_agent_settings
 from gateway.errors import BusinessRuleViolation
 from gateway.settings import Settings
@@ -21,8 +20,9 @@ from gateway.tools.base import ToolContext, struct_tool
 from gateway.tools.builtin import CALCULATOR_USE, NoArguments, builtin_tools
 from gateway.tools.registry import ToolRegistry
 from tests.conftest import make_settings, seeded
-from tests.support.scripted_model import ScriptedModel
+from tests.support.db import open_database, rows
 from tests.support.loopback import serve
+from tests.support.scripted_model import ScriptedModel
 from tests.support.tokens import auth_for
 
 LEAKY_SECRET = "postgresql://admin:hunter2@db.internal:5432/prod"
@@ -94,21 +94,12 @@ class Gateway:
         return response.json()
 
     async def set_tenant(self, tenant: str, *, allow_client_tools: bool = False, llm_provider: str | None = None) -> None:
-        db = Database.from_settings(Settings(database_url=self.database_url))
-        try:
-            async with db.begin() as conn:
-                assert await set_agent_settings(conn, tenant_id=tenant, allow_client_tools=allow_client_tools,
-                                                llm_provider=llm_provider)
-        finally:
-            await db.dispose()
+        async with open_database(self.database_url) as db, db.begin() as conn:
+            assert await set_agent_settings(conn, tenant_id=tenant, allow_client_tools=allow_client_tools,
+                                            llm_provider=llm_provider)
 
     async def sql(self, statement: str, **params: Any) -> list[Any]:
-        db = Database.from_settings(Settings(database_url=self.database_url))
-        try:
-            async with db.connect() as conn:
-                return list((await conn.execute(sa.text(statement), params)).all())
-        finally:
-            await db.dispose()
+        return await rows(self.database_url, sa.text(statement).bindparams(**params))
 
 
 @asynccontextmanager
@@ -120,11 +111,18 @@ async def running_gateway(database_url: str, settings: Settings) -> AsyncIterato
             yield Gateway(url=url, http=http, settings=settings, database_url=database_url)
 
 
-@pytest.fixture
-async def model() -> AsyncIterator[ScriptedModel]:
+@asynccontextmanager
+async def served_model() -> AsyncIterator[ScriptedModel]:
+    """A scripted model on a loopback port, its ``url`` set."""
     scripted = ScriptedModel()
     async with serve(scripted) as url:
         scripted.url = url
+        yield scripted
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[ScriptedModel]:
+    async with served_model() as scripted:
         yield scripted
 
 

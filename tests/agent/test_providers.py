@@ -8,18 +8,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.settings import LlmProvider
-from tests.agent.conftest import agent_settings, decoded, running_gateway
+from tests.agent.conftest import agent_settings, decoded, running_gateway, served_model
 from tests.conftest import make_settings
 from tests.support.scripted_model import ScriptedModel, Turn, call, ollama_turn, openai_turn
-from tests.support.loopback import serve
 from tests.support.tokens import auth_for
 
 
 @pytest.fixture
 async def second_model() -> AsyncIterator[ScriptedModel]:
-    scripted = ScriptedModel()
-    async with serve(scripted) as url:
-        scripted.url = url
+    async with served_model() as scripted:
         yield scripted
 
 

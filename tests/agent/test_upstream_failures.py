@@ -6,7 +6,7 @@ import pytest
 
 from tests.agent.conftest import agent_settings, running_gateway
 from tests.support.scripted_model import Turn, openai_turn
-from tests.support.loopback import closed_port
+from tests.support.loopback import free_port
 
 API_KEY = "sk-upstream-key-that-must-never-leak-0123456789"
 
@@ -33,7 +33,7 @@ async def test_persistent_5xx_is_upstream_unavailable_after_the_retries(gateway,
 
 
 async def test_a_refused_connection_is_upstream_unavailable(pg_url):
-    settings = agent_settings(pg_url, f"http://127.0.0.1:{closed_port()}")
+    settings = agent_settings(pg_url, f"http://127.0.0.1:{free_port()}")
     async with running_gateway(pg_url, settings) as gateway:
         response = await gateway.chat("hello")
     assert response.status_code == 502

@@ -13,23 +13,14 @@ from gateway.db.models import Approval, RolePermission
 from gateway.execution.approvals import idempotency_key_for
 from tests.support import db
 from tests.support.approvals import CAROL, approve, reject, request_approval
-from tests.support.client_calls import code_of, create_run, send_one
+from tests.support.calls import create_run, outcome, send_one
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE, BOB = auth_for("alice"), auth_for("bob")
 NEW_ARTICLE = {"title": "Quarterly numbers", "body": "Up and to the right."}
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 @pytest.fixture
@@ -50,7 +41,7 @@ async def resend(client, run_id: str) -> dict:
 async def test_a_mutating_call_answers_approval_required_with_an_approval_id(client, database_url):
     run = await create_run(client, BOB)
     content = await send_one(client, run["id"], BOB, "call_1", "create_article", NEW_ARTICLE)
-    assert code_of(content) == "APPROVAL_REQUIRED" and content["error"]["retryable"] is False
+    assert outcome(content) == "APPROVAL_REQUIRED" and content["error"]["retryable"] is False
     (row,) = await db.approvals(database_url, run_id=run["id"])
     assert row.id == content["error"]["approval_id"]
     assert (row.status, row.requester_id, row.tool, row.tool_call_id) == ("pending", "bob", "create_article", "call_1")
@@ -62,7 +53,7 @@ async def test_resending_the_same_call_returns_the_same_approval(client, databas
     run_id, approval_id = pending
     for _ in range(2):
         content = await resend(client, run_id)
-        assert code_of(content) == "APPROVAL_REQUIRED" and content["error"]["approval_id"] == approval_id
+        assert outcome(content) == "APPROVAL_REQUIRED" and content["error"]["approval_id"] == approval_id
     assert len(await db.approvals(database_url, run_id=run_id)) == 1
 
 
@@ -242,7 +233,7 @@ async def test_a_failed_execution_is_stored_as_the_calls_outcome(client):
     approval_id = await request_approval(client, run["id"], BOB, "call_1", "delete_article", arguments)
     view = (await approve(client, approval_id)).json()
     assert view["status"] == "failed" and view["outcome"]["code"] == "NOT_FOUND"
-    assert code_of(await send_one(client, run["id"], BOB, "call_1", "delete_article", arguments)) == "NOT_FOUND"
+    assert outcome(await send_one(client, run["id"], BOB, "call_1", "delete_article", arguments)) == "NOT_FOUND"
 
 
 async def test_the_requester_reads_the_outcome_after_execution(client, pending):
@@ -263,7 +254,7 @@ async def test_rejecting_with_a_reason_makes_the_outcome_approval_rejected(clien
     assert (view["status"], view["reason"], view["decided_by"]) == ("rejected", "Numbers are not final.", "carol")
     assert view["outcome"]["code"] == "APPROVAL_REJECTED"
     content = await resend(client, run_id)
-    assert code_of(content) == "APPROVAL_REJECTED" and "Numbers are not final." in content["error"]["message"]
+    assert outcome(content) == "APPROVAL_REJECTED" and "Numbers are not final." in content["error"]["message"]
     assert await db.articles(database_url, title=NEW_ARTICLE["title"]) == []
 
 
@@ -313,7 +304,7 @@ async def test_resending_a_call_whose_approval_expired_is_approval_expired(clien
     run_id, approval_id = pending
     await db.expire_approval(database_url, approval_id)
     content = await resend(client, run_id)
-    assert code_of(content) == "APPROVAL_EXPIRED" and content["error"]["approval_id"] == approval_id
+    assert outcome(content) == "APPROVAL_EXPIRED" and content["error"]["approval_id"] == approval_id
 
 
 async def test_approving_an_expired_approval_is_approval_expired_and_runs_nothing(client, database_url, pending):
@@ -322,7 +313,7 @@ async def test_approving_an_expired_approval_is_approval_expired_and_runs_nothin
     assert_error(await approve(client, approval_id), 409, "APPROVAL_EXPIRED")
     assert_error(await reject(client, approval_id, "late"), 409, "APPROVAL_EXPIRED")
     assert await db.articles(database_url, title=NEW_ARTICLE["title"]) == []
-    assert code_of(await resend(client, run_id)) == "APPROVAL_EXPIRED"
+    assert outcome(await resend(client, run_id)) == "APPROVAL_EXPIRED"
     (row,) = await db.approvals(database_url, id=approval_id)
     assert row.status == "expired"
 

@@ -15,16 +15,12 @@ from gateway.tools.builtin import Strict, builtin_tools
 from gateway.tools.registry import ToolRegistry
 from tests.support.app import make_settings
 from tests.support.approvals import approve, request_approval
-from tests.support.client_calls import code_of, create_run, send_one
+from tests.support.calls import create_run, outcome, send_one
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 BOB = auth_for("bob")
-
-
-@pytest.fixture
-def tool_registry():
-    return registry_with_probe(Probe())
 
 
 class StricterNote(Strict):
@@ -49,7 +45,7 @@ async def test_a_tool_no_longer_deployed_is_tool_not_found_when_approved(client,
     approval_id = await request_approval(client, run["id"], BOB, "c1", "write_note", {"text": "hello"})
     view = await approve_elsewhere(database_url, ToolRegistry(builtin_tools()), approval_id)
     assert (view["status"], view["outcome"]["code"]) == ("failed", "TOOL_NOT_FOUND")
-    assert code_of(await send_one(client, run["id"], BOB, "c1", "write_note", {"text": "hello"})) == "TOOL_NOT_FOUND"
+    assert outcome(await send_one(client, run["id"], BOB, "c1", "write_note", {"text": "hello"})) == "TOOL_NOT_FOUND"
 
 
 async def test_arguments_the_deployed_tool_no_longer_accepts_are_invalid_arguments(client, database_url):

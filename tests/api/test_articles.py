@@ -9,7 +9,7 @@ from gateway.demo import MEMBER
 from gateway.db.tenants import ensure_role
 from tests.support import db
 from tests.support.approvals import approve, request_approval
-from tests.support.client_calls import code_of, create_run, send_one
+from tests.support.calls import create_run, outcome, send_one
 from tests.support.tokens import auth_for
 
 ALICE, BOB = auth_for("alice"), auth_for("bob")
@@ -43,7 +43,7 @@ async def test_another_tenants_article_is_not_found(client):
     run = await create_run(client, auth_for("alice", tenant="globex"))
     content = await send_one(client, run["id"], auth_for("alice", tenant="globex"), "c1", "get_article",
                              {"article_id": ACME_ARTICLE})
-    assert code_of(content) == "NOT_FOUND"
+    assert outcome(content) == "NOT_FOUND"
 
 
 async def test_search_finds_only_the_callers_tenants_articles(client):
@@ -70,14 +70,14 @@ async def test_the_author_may_change_their_article(client, database_url, writer_
 
 async def test_someone_else_who_is_not_an_editor_may_not_change_an_article(client, database_url, writer_role):
     content = await run_approved(client, DAVE, "c1", "update_article", {"article_id": ACME_ARTICLE, "title": "Mine now"})
-    assert code_of(content) == "PERMISSION_DENIED"
+    assert outcome(content) == "PERMISSION_DENIED"
     (article,) = await db.articles(database_url, id=ACME_ARTICLE)
     assert article.title != "Mine now"
 
 
 async def test_someone_else_who_is_not_an_editor_may_not_delete_an_article(client, database_url, writer_role):
     content = await run_approved(client, DAVE, "c1", "delete_article", {"article_id": ACME_ARTICLE})
-    assert code_of(content) == "PERMISSION_DENIED"
+    assert outcome(content) == "PERMISSION_DENIED"
     assert len(await db.articles(database_url, id=ACME_ARTICLE)) == 1
 
 
@@ -97,7 +97,7 @@ async def test_a_deleted_article_is_gone(client, database_url):
 
 async def test_an_update_with_nothing_to_change_is_a_business_rule_violation(client):
     content = await run_approved(client, BOB, "c1", "update_article", {"article_id": ACME_ARTICLE})
-    assert code_of(content) == "BUSINESS_RULE_VIOLATION"
+    assert outcome(content) == "BUSINESS_RULE_VIOLATION"
 
 
 async def test_another_tenants_article_cannot_be_changed(client, database_url):
@@ -108,6 +108,6 @@ async def test_another_tenants_article_cannot_be_changed(client, database_url):
     )
     assert (await approve(client, approval_id, globex_carol)).status_code == 200
     content = await send_one(client, run["id"], globex_bob, "c1", "delete_article", {"article_id": ACME_ARTICLE})
-    assert code_of(content) == "NOT_FOUND"
+    assert outcome(content) == "NOT_FOUND"
     assert len(await db.articles(database_url, id=ACME_ARTICLE)) == 1
     assert len(await db.articles(database_url, id=GLOBEX_ARTICLE)) == 1

@@ -11,17 +11,13 @@ import pytest
 
 from tests.support import db
 from tests.support.approvals import CAROL, approve, reject, request_approval
-from tests.support.client_calls import batch, create_run, send_one, tool_call
+from tests.support.calls import batch, create_run, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 BOB = auth_for("bob")
 REQUEST_ID = "audit-req-0001"
-
-
-@pytest.fixture
-def tool_registry():
-    return registry_with_probe(Probe())
 
 
 def sha(data: bytes) -> str:
@@ -31,13 +27,13 @@ def sha(data: bytes) -> str:
 async def test_every_attempt_of_a_batch_is_recorded_with_its_context(client, database_url):
     run = await create_run(client, BOB, max_tool_calls=4, max_repeats=1)
     calls = [
-        tool_call("ok", "add", raw='{"b": 2, "a": 1}'),
-        tool_call("missing", "no_such_tool", {}),
-        tool_call("invalid", "add", raw='{"a": "1"}'),
-        tool_call("rule", "divide", {"a": 1, "b": 0}),
-        tool_call("repeat", "add", {"a": 1, "b": 2}),
-        tool_call("approval", "create_article", {"title": "T", "body": "B"}),
-        tool_call("budget", "multiply", {"a": 1, "b": 1}),
+        tool_call("add", raw='{"b": 2, "a": 1}', call_id="ok"),
+        tool_call("no_such_tool", {}, call_id="missing"),
+        tool_call("add", raw='{"a": "1"}', call_id="invalid"),
+        tool_call("divide", {"a": 1, "b": 0}, call_id="rule"),
+        tool_call("add", {"a": 1, "b": 2}, call_id="repeat"),
+        tool_call("create_article", {"title": "T", "body": "B"}, call_id="approval"),
+        tool_call("multiply", {"a": 1, "b": 1}, call_id="budget"),
     ]
     response = await client.post(
         f"/v1/runs/{run['id']}/tool-calls", json=batch(*calls), headers={**BOB, "X-Request-ID": REQUEST_ID}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -11,16 +10,8 @@ import sqlalchemy as sa
 from gateway.db.models import Tenant
 from tests.support import db
 from tests.support.http import assert_error
-from tests.support.keys import claims, ec_key, hs256_with_raw_key, public_jwk, public_pem, rsa_key, signed, unsigned
-from tests.support.live_servers import JwksServer
+from tests.support.keys import claims, ec_key, hs256_with_raw_key, public_pem, rsa_key, signed, unsigned
 from tests.support.tokens import auth, auth_for, make_token
-
-
-@pytest.fixture
-def jwks_server() -> Iterator[JwksServer]:
-    with JwksServer() as server:
-        server.keys = [public_jwk("rsa-1", rsa_key("rsa-1"), "RS256"), public_jwk("ec-1", ec_key("ec-1"), "ES256")]
-        yield server
 
 
 @pytest.fixture

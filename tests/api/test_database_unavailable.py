@@ -11,7 +11,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from tests.support.app import make_settings
 from tests.support.http import assert_error
-from tests.support.live_servers import free_port
+from tests.support.loopback import free_port
 from tests.support.tokens import auth_for
 
 UNREACHABLE = {

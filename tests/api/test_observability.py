@@ -8,8 +8,8 @@ from litestar.testing import AsyncTestClient
 
 from gateway.observability import metrics
 from gateway.observability.timing import STAGES
-from tests.support.batches import batch, call, contents, outcome
-from tests.support.prometheus import samples, value
+from tests.support.calls import batch, contents, new_run, outcome, tool_call
+from tests.support.prometheus import growth, samples, value
 from tests.support.tokens import auth_for
 
 SERVER_TIMING_ENTRY = re.compile(r"^([a-z]+);dur=(\d+\.\d{3})$")
@@ -24,12 +24,6 @@ def server_timing(header: str) -> dict[str, float]:
     return entries
 
 
-async def new_run(client: AsyncTestClient, user: str = "alice", **limits: int) -> str:
-    response = await client.post("/v1/runs", json=limits, headers=auth_for(user))
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
 async def scrape(client: AsyncTestClient) -> dict:
     response = await client.get("/metrics")
     assert response.status_code == 200
@@ -40,7 +34,7 @@ async def scrape(client: AsyncTestClient) -> dict:
 async def test_tool_call_response_carries_server_timing_for_every_stage(client: AsyncTestClient) -> None:
     run = await new_run(client)
     response = await client.post(
-        f"/v1/runs/{run}/tool-calls", json=batch(call("add", {"a": 1, "b": 2})), headers=auth_for("alice")
+        f"/v1/runs/{run}/tool-calls", json=batch(tool_call("add", {"a": 1, "b": 2})), headers=auth_for("alice")
     )
     assert response.status_code == 200
     timing = server_timing(response.headers["server-timing"])
@@ -60,7 +54,7 @@ async def test_a_rejected_batch_carries_server_timing_too(client: AsyncTestClien
 
 async def test_a_refused_token_still_gets_server_timing_with_its_auth_stage(client: AsyncTestClient) -> None:
     response = await client.post(
-        "/v1/runs/run_x/tool-calls", json=batch(call("add", {"a": 1, "b": 2})),
+        "/v1/runs/run_x/tool-calls", json=batch(tool_call("add", {"a": 1, "b": 2})),
         headers={"Authorization": "Bearer not-a-token"},
     )
     assert response.status_code == 401
@@ -91,11 +85,11 @@ async def test_metrics_count_calls_outcomes_and_rejections(client: AsyncTestClie
     response = await client.post(
         f"/v1/runs/{run}/tool-calls",
         json=batch(
-            call("add", {"a": 1, "b": 2}),
-            call("create_article", {"title": "t", "body": "b"}),  # alice may not write
-            call("no_such_tool_" + run, {}),
-            call("add", {"a": 2, "b": 3}),
-            call("add", {"a": 3, "b": 4}),  # over the budget of 2
+            tool_call("add", {"a": 1, "b": 2}),
+            tool_call("create_article", {"title": "t", "body": "b"}),  # alice may not write
+            tool_call("no_such_tool_" + run, {}),
+            tool_call("add", {"a": 2, "b": 3}),
+            tool_call("add", {"a": 3, "b": 4}),  # over the budget of 2
         ),
         headers=auth_for("alice"),
     )
@@ -105,9 +99,7 @@ async def test_metrics_count_calls_outcomes_and_rejections(client: AsyncTestClie
     forbidden = await client.get("/v1/admin/approvals", headers=auth_for("alice"))
     assert forbidden.status_code == 403
     after = await scrape(client)
-
-    def delta(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+    delta = growth(before, after)
 
     assert delta("gateway_tool_calls_total", tool="add", outcome="OK") == 2
     assert delta("gateway_tool_calls_total", tool="add", outcome="BUDGET_EXCEEDED") == 1
@@ -128,7 +120,7 @@ async def test_metrics_follow_approvals_from_request_to_decision(client: AsyncTe
     run = await new_run(client, user="bob")
     response = await client.post(
         f"/v1/runs/{run}/tool-calls",
-        json=batch(call("create_article", {"title": "Metrics", "body": "Counted."})),
+        json=batch(tool_call("create_article", {"title": "Metrics", "body": "Counted."})),
         headers=auth_for("bob"),
     )
     approval_id = contents(response.json())[0]["error"]["approval_id"]
@@ -152,9 +144,7 @@ async def test_model_call_metrics_record_latency_and_tokens(client: AsyncTestCli
     metrics.model_call(model="test-model", duration_s=0.42, prompt_tokens=120, completion_tokens=30)
     metrics.model_call(model="test-model", duration_s=2.0, outcome="timeout")
     after = await scrape(client)
-
-    def delta(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+    delta = growth(before, after)
 
     assert delta("gateway_model_request_duration_seconds_count", model="test-model", outcome="ok") == 1
     assert delta("gateway_model_request_duration_seconds_count", model="test-model", outcome="timeout") == 1

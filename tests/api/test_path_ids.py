@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.client_calls import batch, tool_call
+from tests.support.calls import batch, tool_call
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
 
@@ -20,7 +20,7 @@ async def test_a_malformed_run_id_is_invalid_request(client, run_id):
 
 @pytest.mark.parametrize("run_id", BAD_IDS)
 async def test_tool_calls_on_a_malformed_run_id_are_invalid_request(client, run_id):
-    body = batch(tool_call("c1", "add", {"a": 1, "b": 2}))
+    body = batch(tool_call("add", {"a": 1, "b": 2}, call_id="c1"))
     response = await client.post(f"/v1/runs/{run_id}/tool-calls", json=body, headers=CAROL)
     assert_error(response, 400, "INVALID_REQUEST")
 

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from gateway.db.models import Tenant
 from tests.support import db
-from tests.support.client_calls import batch, tool_call
+from tests.support.calls import batch, tool_call
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
 
@@ -93,7 +93,8 @@ async def test_invalid_limits_are_invalid_request(client, body):
 
 async def test_the_owner_reads_the_run_with_its_usage(client):
     run = (await client.post("/v1/runs", headers=ALICE)).json()
-    await client.post(f"/v1/runs/{run['id']}/tool-calls", json=batch(tool_call("c1", "add", {"a": 1, "b": 2})), headers=ALICE)
+    call = tool_call("add", {"a": 1, "b": 2}, call_id="c1")
+    await client.post(f"/v1/runs/{run['id']}/tool-calls", json=batch(call), headers=ALICE)
     response = await client.get(f"/v1/runs/{run['id']}", headers=ALICE)
     assert response.status_code == 200
     assert response.json()["usage"]["tool_calls"] == 1
@@ -127,7 +128,7 @@ async def test_an_admin_cannot_read_another_users_run_either(client):
 )
 async def test_tool_calls_on_a_run_of_someone_else_are_not_found_and_run_nothing(client, database_url, headers):
     run = (await client.post("/v1/runs", headers=ALICE)).json()
-    body = batch(tool_call("c1", "add", {"a": 1, "b": 2}))
+    body = batch(tool_call("add", {"a": 1, "b": 2}, call_id="c1"))
     assert_error(await client.post(f"/v1/runs/{run['id']}/tool-calls", json=body, headers=headers), 404, "NOT_FOUND")
     assert await db.tool_call_rows(database_url, run["id"]) == []
     assert (await client.get(f"/v1/runs/{run['id']}", headers=ALICE)).json()["usage"]["tool_calls"] == 0
@@ -144,5 +145,5 @@ async def test_a_malformed_batch_on_a_run_of_someone_else_is_not_found(client, d
 
 
 async def test_tool_calls_on_an_unknown_run_are_not_found(client):
-    body = batch(tool_call("c1", "add", {"a": 1, "b": 2}))
+    body = batch(tool_call("add", {"a": 1, "b": 2}, call_id="c1"))
     assert_error(await client.post("/v1/runs/run_nope/tool-calls", json=body, headers=ALICE), 404, "NOT_FOUND")

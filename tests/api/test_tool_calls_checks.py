@@ -8,45 +8,36 @@ import json
 import pytest
 
 from tests.support import db
-from tests.support.client_calls import code_of, create_run, send, send_one, tool_call
+from tests.support.calls import create_run, outcome, send, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE, BOB = auth_for("alice"), auth_for("bob")
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 async def test_an_unknown_tool_is_tool_not_found(client):
     run = await create_run(client, ALICE)
     content = await send_one(client, run["id"], ALICE, "c1", "transfer_money", {"amount": 1})
-    assert code_of(content) == "TOOL_NOT_FOUND" and content["error"]["retryable"] is False
+    assert outcome(content) == "TOOL_NOT_FOUND" and content["error"]["retryable"] is False
 
 
 async def test_tool_not_found_comes_before_invalid_arguments(client):
     run = await create_run(client, ALICE)
-    (content,) = await send(client, run["id"], ALICE, tool_call("c1", "nope", raw="not json"))
-    assert code_of(content) == "TOOL_NOT_FOUND"
+    (content,) = await send(client, run["id"], ALICE, tool_call("nope", raw="not json", call_id="c1"))
+    assert outcome(content) == "TOOL_NOT_FOUND"
 
 
 async def test_a_tool_that_is_not_granted_is_permission_denied_never_tool_not_found(client):
     run = await create_run(client, ALICE)
     content = await send_one(client, run["id"], ALICE, "c1", "delete_article", {"article_id": "art_demo_acme_1"})
-    assert code_of(content) == "PERMISSION_DENIED"
+    assert outcome(content) == "PERMISSION_DENIED"
 
 
 async def test_permission_denied_comes_before_invalid_arguments_and_reveals_no_schema(client):
     run = await create_run(client, ALICE)
     content = await send_one(client, run["id"], ALICE, "c1", "update_article", {"nonsense": True})
-    assert code_of(content) == "PERMISSION_DENIED"
+    assert outcome(content) == "PERMISSION_DENIED"
     text = json.dumps(content)
     for word in ("article_id", "properties", "title", "body", "articles:write", "nonsense"):
         assert word not in text
@@ -67,7 +58,7 @@ async def test_a_denied_call_does_not_create_an_approval_nor_count(client, datab
 async def test_arguments_decode_strictly_without_coercion(client, arguments, field):
     run = await create_run(client, ALICE)
     content = await send_one(client, run["id"], ALICE, "c1", "add", arguments)
-    assert code_of(content) == "INVALID_ARGUMENTS"
+    assert outcome(content) == "INVALID_ARGUMENTS"
     assert f"`{field}`" in content["error"]["message"]
 
 
@@ -76,7 +67,7 @@ async def test_an_identity_field_in_the_arguments_is_invalid_arguments_naming_it
     run = await create_run(client, BOB)
     arguments = {"title": "t", "body": "b", field: "carol"}
     content = await send_one(client, run["id"], BOB, "c1", "create_article", arguments)
-    assert code_of(content) == "INVALID_ARGUMENTS"
+    assert outcome(content) == "INVALID_ARGUMENTS"
     assert f"`{field}`" in content["error"]["message"]
     assert await db.approvals(database_url, run_id=run["id"]) == []
 
@@ -84,13 +75,13 @@ async def test_an_identity_field_in_the_arguments_is_invalid_arguments_naming_it
 @pytest.mark.parametrize("raw", ["not json", "[1, 2]", "42", '"a string"', "null"])
 async def test_arguments_that_are_not_a_json_object_are_invalid_arguments(client, raw):
     run = await create_run(client, ALICE)
-    (content,) = await send(client, run["id"], ALICE, tool_call("c1", "add", raw=raw))
-    assert code_of(content) == "INVALID_ARGUMENTS"
+    (content,) = await send(client, run["id"], ALICE, tool_call("add", raw=raw, call_id="c1"))
+    assert outcome(content) == "INVALID_ARGUMENTS"
 
 
 async def test_arguments_may_be_sent_as_an_object(client):
     run = await create_run(client, ALICE)
-    (content,) = await send(client, run["id"], ALICE, tool_call("c1", "add", raw={"a": 2, "b": 3}))
+    (content,) = await send(client, run["id"], ALICE, tool_call("add", raw={"a": 2, "b": 3}, call_id="c1"))
     assert content == {"ok": True, "result": 5}
 
 
@@ -99,10 +90,10 @@ async def test_a_sensitive_value_is_never_echoed(client, database_url, logs):
     secrets = ["hunter2", "hunter2-in-the-vault"]
     contents = await send(
         client, run["id"], ALICE,
-        tool_call("c1", "login", {"username": "alice", "password": secrets[0]}),
-        tool_call("c2", "login", {"username": "alice", "password": "long-enough-pw", "vault": secrets[1]}),
+        tool_call("login", {"username": "alice", "password": secrets[0]}, call_id="c1"),
+        tool_call("login", {"username": "alice", "password": "long-enough-pw", "vault": secrets[1]}, call_id="c2"),
     )
-    assert [code_of(c) for c in contents] == ["INVALID_ARGUMENTS", "INVALID_ARGUMENTS"]
+    assert [outcome(c) for c in contents] == ["INVALID_ARGUMENTS", "INVALID_ARGUMENTS"]
     everything_stored = json.dumps([tuple(r) for r in await db.audit_rows(database_url, run_id=run["id"])], default=str)
     for secret in secrets:
         assert secret not in json.dumps(contents)
@@ -114,13 +105,13 @@ async def test_each_call_is_checked_on_its_own_and_answers_keep_the_given_order(
     run = await create_run(client, ALICE)
     contents = await send(
         client, run["id"], ALICE,
-        tool_call("z", "nope", {}),
-        tool_call("y", "add", {"a": 1, "b": 1}),
-        tool_call("x", "delete_article", {"article_id": "a"}),
-        tool_call("w", "add", {"a": "1", "b": 1}),
-        tool_call("v", "multiply", {"a": 3, "b": 4}),
+        tool_call("nope", {}, call_id="z"),
+        tool_call("add", {"a": 1, "b": 1}, call_id="y"),
+        tool_call("delete_article", {"article_id": "a"}, call_id="x"),
+        tool_call("add", {"a": "1", "b": 1}, call_id="w"),
+        tool_call("multiply", {"a": 3, "b": 4}, call_id="v"),
     )
-    assert [code_of(c) for c in contents] == ["TOOL_NOT_FOUND", "OK", "PERMISSION_DENIED", "INVALID_ARGUMENTS", "OK"]
+    assert [outcome(c) for c in contents] == ["TOOL_NOT_FOUND", "OK", "PERMISSION_DENIED", "INVALID_ARGUMENTS", "OK"]
     assert contents[1]["result"] == 2 and contents[4]["result"] == 12
 
 
@@ -128,9 +119,11 @@ async def test_invalid_calls_do_not_count_against_the_budget(client):
     run = await create_run(client, ALICE, max_tool_calls=1)
     await send(
         client, run["id"], ALICE,
-        tool_call("a", "nope", {}), tool_call("b", "create_article", {}), tool_call("c", "add", {"a": "x"}),
+        tool_call("nope", {}, call_id="a"),
+        tool_call("create_article", {}, call_id="b"),
+        tool_call("add", {"a": "x"}, call_id="c"),
     )
-    assert code_of(await send_one(client, run["id"], ALICE, "d", "add", {"a": 1, "b": 2})) == "OK"
+    assert outcome(await send_one(client, run["id"], ALICE, "d", "add", {"a": 1, "b": 2})) == "OK"
 
 
 @pytest.mark.parametrize(
@@ -142,5 +135,5 @@ async def test_a_nul_character_in_the_arguments_is_invalid_arguments_not_a_serve
     # PostgreSQL text and jsonb cannot hold NUL: it must be refused before anything is stored.
     run = await create_run(client, ALICE)
     content = await send_one(client, run["id"], ALICE, "c1", "search_articles", arguments)
-    assert code_of(content) == "INVALID_ARGUMENTS"
-    assert code_of(await send_one(client, run["id"], ALICE, "c2", "add", {"a": 1, "b": 2})) == "OK"
+    assert outcome(content) == "INVALID_ARGUMENTS"
+    assert outcome(await send_one(client, run["id"], ALICE, "c2", "add", {"a": 1, "b": 2})) == "OK"

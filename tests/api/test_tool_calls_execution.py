@@ -8,32 +8,18 @@ import json
 import pytest
 
 from tests.support import db
-from tests.support.client_calls import code_of, create_run, send, send_one, tool_call
+from tests.support.calls import create_run, outcome, send, send_one, tool_call
 from tests.support.tokens import auth_for
-from tests.support.tools import (
-    BIG_RESULT_LIMIT,
-    LEAKY_DETAILS,
-    MISSING_TABLE,
-    Probe,
-    registry_with_probe,
-)
+from tests.support.tools import BIG_RESULT_LIMIT, LEAKY_DETAILS, MISSING_TABLE
+
+pytestmark = pytest.mark.probe_tools
 
 ALICE = auth_for("alice")
 
 
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
-
-
 async def test_answers_keep_the_order_of_the_calls(client):
     run = await create_run(client, ALICE)
-    calls = [tool_call(f"id-{n}", "multiply", {"a": n, "b": 10}) for n in (5, 3, 9, 1, 7)]
+    calls = [tool_call("multiply", {"a": n, "b": 10}, call_id=f"id-{n}") for n in (5, 3, 9, 1, 7)]
     contents = await send(client, run["id"], ALICE, *calls)
     assert [c["result"] for c in contents] == [50, 30, 90, 10, 70]
 
@@ -41,8 +27,9 @@ async def test_answers_keep_the_order_of_the_calls(client):
 async def test_the_calls_of_one_batch_run_concurrently(client, probe):
     # Each call waits until all three have started: run one after another, none would finish.
     run = await create_run(client, ALICE)
-    contents = await send(client, run["id"], ALICE, *(tool_call(f"c{i}", "rendezvous", {"parties": 3, "party": str(i)}) for i in range(3)))
-    assert [code_of(c) for c in contents] == ["OK", "OK", "OK"]
+    calls = [tool_call("rendezvous", {"parties": 3, "party": str(i)}, call_id=f"c{i}") for i in range(3)]
+    contents = await send(client, run["id"], ALICE, *calls)
+    assert [outcome(c) for c in contents] == ["OK", "OK", "OK"]
     assert probe.arrived == 3
 
 
@@ -63,9 +50,10 @@ async def test_divide_by_zero_is_a_business_rule_violation_that_is_not_retryable
 async def test_a_tool_over_its_timeout_is_cancelled_and_answers_retryable_tool_timeout(client, probe):
     run = await create_run(client, ALICE)
     contents = await send(
-        client, run["id"], ALICE, tool_call("slow", "sleep", {"seconds": 30}), tool_call("fast", "add", {"a": 1, "b": 1})
+        client, run["id"], ALICE,
+        tool_call("sleep", {"seconds": 30}, call_id="slow"), tool_call("add", {"a": 1, "b": 1}, call_id="fast"),
     )
-    assert code_of(contents[0]) == "TOOL_TIMEOUT" and contents[0]["error"]["retryable"] is True
+    assert outcome(contents[0]) == "TOOL_TIMEOUT" and contents[0]["error"]["retryable"] is True
     assert contents[1] == {"ok": True, "result": 2}
     assert probe.started == ["slow"] and probe.cancelled == ["slow"] and probe.finished == []
 
@@ -73,11 +61,11 @@ async def test_a_tool_over_its_timeout_is_cancelled_and_answers_retryable_tool_t
 async def test_an_unexpected_exception_is_tool_execution_failed_and_leaks_nothing(client, logs):
     run = await create_run(client, ALICE)
     response = await client.post(
-        f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": [tool_call("c1", "explode", {})]}, headers=ALICE
+        f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": [tool_call("explode", {}, call_id="c1")]}, headers=ALICE
     )
     assert response.status_code == 200
     content = json.loads(response.json()["messages"][0]["content"])
-    assert code_of(content) == "TOOL_EXECUTION_FAILED"
+    assert outcome(content) == "TOOL_EXECUTION_FAILED"
     error_id = content["error"]["error_id"]
     assert error_id.startswith("err_")
     for detail in (*LEAKY_DETAILS, "RuntimeError", "Traceback", "could not run"):
@@ -91,10 +79,10 @@ async def test_an_unexpected_exception_is_tool_execution_failed_and_leaks_nothin
 async def test_a_database_error_inside_a_tool_leaks_no_sql(client, database_url, logs):
     run = await create_run(client, ALICE)
     response = await client.post(
-        f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": [tool_call("c1", "bad_sql", {})]}, headers=ALICE
+        f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": [tool_call("bad_sql", {}, call_id="c1")]}, headers=ALICE
     )
     content = json.loads(response.json()["messages"][0]["content"])
-    assert code_of(content) == "TOOL_EXECUTION_FAILED"
+    assert outcome(content) == "TOOL_EXECUTION_FAILED"
     host = database_url.split("@")[-1].split("/")[0] if "@" in database_url else database_url.rsplit("/", 1)[0]
     for detail in (MISSING_TABLE, "SELECT", "secret_column", host, "sqlalchemy", "asyncpg", "sqlite3", "/tmp/"):
         assert detail not in response.text

@@ -7,29 +7,20 @@ import json
 import pytest
 
 from tests.support import db
-from tests.support.client_calls import create_run, tool_call
+from tests.support.calls import create_run, tool_call
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
-from tests.support.tools import Probe, registry_with_probe
+
+pytestmark = pytest.mark.probe_tools
 
 BOB = auth_for("bob")
-
-
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
-
-
-@pytest.fixture
-def tool_registry(probe):
-    return registry_with_probe(probe)
 
 
 def good_calls() -> list[dict]:
     """Calls that would each do something if the batch ran: execute, or create an approval."""
     return [
-        tool_call("ok_1", "count", {}),
-        tool_call("ok_2", "create_article", {"title": "Launch", "body": "Soon."}),
+        tool_call("count", {}, call_id="ok_1"),
+        tool_call("create_article", {"title": "Launch", "body": "Soon."}, call_id="ok_2"),
     ]
 
 
@@ -41,7 +32,7 @@ BROKEN_CALLS = {
     "empty-name": ({"id": "b", "type": "function", "function": {"name": "", "arguments": "{}"}}, "INVALID_TOOL_CALL"),
     "missing-arguments": ({"id": "b", "type": "function", "function": {"name": "add"}}, "INVALID_TOOL_CALL"),
     "missing-function": ({"id": "b", "type": "function"}, "INVALID_TOOL_CALL"),
-    "duplicate-id": (tool_call("ok_1", "add", {"a": 1, "b": 2}), "DUPLICATE_TOOL_CALL_ID"),
+    "duplicate-id": (tool_call("add", {"a": 1, "b": 2}, call_id="ok_1"), "DUPLICATE_TOOL_CALL_ID"),
 }
 
 
@@ -86,7 +77,7 @@ async def test_a_body_that_is_not_json_is_invalid_tool_call(client, database_url
 
 @pytest.mark.parametrize(
     "body",
-    [[], [tool_call("a", "add", {"a": 1, "b": 2})], "tool_calls", 5, None, {"calls": []}, {"tool_calls": {}}],
+    [[], [tool_call("add", {"a": 1, "b": 2}, call_id="a")], "tool_calls", 5, None, {"calls": []}, {"tool_calls": {}}],
     ids=["list", "list-of-calls", "string", "number", "null", "wrong-key", "calls-an-object"],
 )
 async def test_a_body_that_is_not_a_batch_object_is_invalid_tool_call(client, database_url, probe, body):
@@ -108,7 +99,7 @@ async def test_an_empty_list_of_calls_is_invalid_tool_call(client, database_url,
 
 async def test_a_batch_over_the_size_limit_is_invalid_tool_call(client, database_url, probe):
     run = await create_run(client, BOB)
-    calls = [tool_call(f"c{i}", "count", {}) for i in range(65)]
+    calls = [tool_call("count", {}, call_id=f"c{i}") for i in range(65)]
     response = await client.post(f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": calls}, headers=BOB)
     assert_error(response, 422, "INVALID_TOOL_CALL")
     await assert_nothing_ran(client, database_url, probe, run["id"])
@@ -116,14 +107,16 @@ async def test_a_batch_over_the_size_limit_is_invalid_tool_call(client, database
 
 async def test_the_rejection_names_the_offending_call(client):
     run = await create_run(client, BOB)
-    body = {"tool_calls": [tool_call("a", "add", {"a": 1, "b": 2}), {"id": "b", "type": "tool", "function": {"name": "add", "arguments": "{}"}}]}
+    wrong_type = {"id": "b", "type": "tool", "function": {"name": "add", "arguments": "{}"}}
+    body = {"tool_calls": [tool_call("add", {"a": 1, "b": 2}, call_id="a"), wrong_type]}
     error = assert_error(await client.post(f"/v1/runs/{run['id']}/tool-calls", json=body, headers=BOB), 422, "INVALID_TOOL_CALL")
     assert "tool_calls[1]" in error["message"]
 
 
 async def test_the_same_batch_made_valid_then_runs(client, probe):
     run = await create_run(client, BOB)
-    body = {"tool_calls": [tool_call("a", "count", {}), {"id": "", "type": "function", "function": {"name": "count", "arguments": "{}"}}]}
+    empty_id = {"id": "", "type": "function", "function": {"name": "count", "arguments": "{}"}}
+    body = {"tool_calls": [tool_call("count", {}, call_id="a"), empty_id]}
     assert (await client.post(f"/v1/runs/{run['id']}/tool-calls", json=body, headers=BOB)).status_code == 422
     body["tool_calls"][1]["id"] = "b"
     assert (await client.post(f"/v1/runs/{run['id']}/tool-calls", json=body, headers=BOB)).status_code == 200
@@ -140,6 +133,6 @@ async def test_the_same_batch_made_valid_then_runs(client, probe):
 )
 async def test_a_nul_character_in_an_id_or_name_is_invalid_tool_call_not_a_server_error(client, database_url, probe, bad_call):
     run = await create_run(client, BOB)
-    body = {"tool_calls": [tool_call("ok_1", "count", {}), bad_call]}
+    body = {"tool_calls": [tool_call("count", {}, call_id="ok_1"), bad_call]}
     assert_error(await client.post(f"/v1/runs/{run['id']}/tool-calls", json=body, headers=BOB), 422, "INVALID_TOOL_CALL")
     await assert_nothing_ran(client, database_url, probe, run["id"])

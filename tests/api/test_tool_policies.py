@@ -16,7 +16,7 @@ from gateway.tools.base import Tool, ToolContext, struct_tool
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
 from tests.conftest import make_settings, seeded
-from tests.support.calls import call_tools, error_code, new_run, set_policy, tool_call, tool_names
+from tests.support.calls import call_tools, new_run, outcome, set_policy, tool_call, tool_names
 from tests.support.tokens import auth_for
 
 
@@ -46,7 +46,7 @@ async def test_disabled_tool_is_not_listed_and_its_calls_are_permission_denied(p
     assert "add" not in await tool_names(policy_client)
     run = await new_run(policy_client)
     [content] = await call_tools(policy_client, run, [tool_call("add", {"a": 1, "b": 2})])
-    assert error_code(content) == "PERMISSION_DENIED"
+    assert outcome(content) == "PERMISSION_DENIED"
     assert "properties" not in json.dumps(content)  # the schema is not revealed
 
 
@@ -64,7 +64,7 @@ async def test_allowed_roles_narrow_who_sees_and_calls_the_tool(policy_client):
     carol_run = await new_run(policy_client, "carol")
     [denied] = await call_tools(policy_client, alice_run, [tool_call("multiply", {"a": 2, "b": 3})], "alice")
     [allowed] = await call_tools(policy_client, carol_run, [tool_call("multiply", {"a": 2, "b": 3})], "carol")
-    assert error_code(denied) == "PERMISSION_DENIED"
+    assert outcome(denied) == "PERMISSION_DENIED"
     assert allowed == {"ok": True, "result": 6}
 
 
@@ -77,7 +77,7 @@ async def test_approval_mode_always_holds_back_a_read_only_tool(policy_client):
     await set_policy(policy_client, "add", {"approval_mode": "always"})
     run = await new_run(policy_client)
     [content] = await call_tools(policy_client, run, [tool_call("add", {"a": 1, "b": 2})])
-    assert error_code(content) == "APPROVAL_REQUIRED"
+    assert outcome(content) == "APPROVAL_REQUIRED"
     assert content["error"]["approval_id"].startswith("apr_")
 
 
@@ -96,14 +96,14 @@ async def test_approval_mode_never_runs_a_mutating_tool_at_once(policy_client):
 async def test_default_mode_still_needs_approval_for_mutating_tools(policy_client):
     run = await new_run(policy_client, "bob")
     [content] = await call_tools(policy_client, run, [tool_call("create_article", {"title": "T", "body": "B"})], "bob")
-    assert error_code(content) == "APPROVAL_REQUIRED"
+    assert outcome(content) == "APPROVAL_REQUIRED"
 
 
 async def test_policy_timeout_replaces_the_tools_timeout(policy_client):
     await set_policy(policy_client, "slow_report", {"timeout_s": 0.2})
     run = await new_run(policy_client)
     [content] = await call_tools(policy_client, run, [tool_call("slow_report")])
-    assert error_code(content) == "TOOL_TIMEOUT"
+    assert outcome(content) == "TOOL_TIMEOUT"
     assert "0.2 s" in content["error"]["message"]
 
 
@@ -124,7 +124,7 @@ async def test_per_run_call_cap_of_a_tool_answers_budget_exceeded_past_it(policy
         policy_client, run, [tool_call("add", {"a": i, "b": 1}) for i in range(3)]
         + [tool_call("multiply", {"a": 2, "b": 2})],
     )
-    assert [error_code(c) for c in contents] == [None, None, "BUDGET_EXCEEDED", None]
+    assert [outcome(c) for c in contents] == ["OK", "OK", "BUDGET_EXCEEDED", "OK"]
 
 
 async def test_a_reset_policy_is_the_default_again(policy_client):

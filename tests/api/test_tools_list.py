@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.support.calls import tool_names
 from tests.support.tokens import auth_for
 
 WRITE_TOOLS = {"create_article", "update_article", "delete_article"}
@@ -9,12 +10,6 @@ ALL_TOOLS = [
     "add", "create_article", "delete_article", "divide", "get_article", "get_current_time", "multiply",
     "search_articles", "update_article",
 ]
-
-
-async def tool_names(client, user: str, **kwargs) -> list[str]:
-    response = await client.get("/v1/tools", headers=auth_for(user, **kwargs))
-    assert response.status_code == 200
-    return [tool["function"]["name"] for tool in response.json()["tools"]]
 
 
 async def test_a_member_sees_only_granted_tools_and_never_write_tools(client):

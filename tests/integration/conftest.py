@@ -1,17 +1,20 @@
-"""PostgreSQL-only fixtures: the gateway served for real, in a thread or as several processes."""
+"""Fixtures of the integration tests: the demo database as the gateway opens it, and several
+`gateway serve` processes sharing one PostgreSQL database."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
 
+from gateway.db.engine import Database
 from tests.support.app import seeded
+from tests.support.db import open_database
 from tests.support.postgres import PostgresServer
-from tests.support.live_servers import gateway_processes
+from tests.support.processes import gateways
 
 FLEET_SIZE = 3
 
@@ -22,6 +25,14 @@ async def _admin(server: PostgresServer, statement: str) -> None:
         await conn.execute(statement)
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """The demo tenants' database (SQLite and PostgreSQL), opened as the gateway opens it."""
+    await seeded(database_url)
+    async with open_database(database_url) as database:
+        yield database
 
 
 @pytest.fixture(scope="module")
@@ -38,5 +49,5 @@ def fleet_database(postgres: PostgresServer, pg_template: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def fleet(fleet_database: str) -> Iterator[list[str]]:
     """Base URLs of several `gateway serve` processes sharing one PostgreSQL database."""
-    with gateway_processes(fleet_database, FLEET_SIZE) as urls:
-        yield urls
+    with gateways(fleet_database, FLEET_SIZE, policy_cache_s=0) as started:
+        yield [gateway.url for gateway in started]

@@ -27,7 +27,8 @@ from gateway.demo import DEMO_TENANTS, seed_demo
 from gateway.settings import Settings
 from tests.conftest import _admin, make_settings
 from tests.support.business_service import ServiceState, create_business_service, service_state
-from tests.support.threaded_servers import ServerThread, closed_port, loopback_socket
+from tests.support.calls import batch, new_run, tool_call
+from tests.support.loopback import ServerThread, free_port, loopback_socket
 from tests.support.tokens import SERVICE_SIGNING_KEY, auth_for
 
 TOOLS_TOML = """
@@ -218,7 +219,7 @@ def http_env(request: pytest.FixtureRequest, **overrides: Any) -> Iterator[HttpE
                 service_base_urls=(
                     f"orders={service.url}/api",
                     f"billing={service.url}/api",
-                    f"down=http://127.0.0.1:{closed_port()}/api",
+                    f"down=http://127.0.0.1:{free_port()}/api",
                 ),
                 service_signing_key=SERVICE_SIGNING_KEY,
                 **overrides,
@@ -247,9 +248,7 @@ class Caller:
         self.client = client
 
     async def new_run(self, user: str = "alice", tenant: str = "acme") -> str:
-        response = await self.client.post("/v1/runs", headers=auth_for(user, tenant), json={})
-        assert response.status_code == 201, response.text
-        return str(response.json()["id"])
+        return await new_run(self.client, user, tenant)
 
     async def call(
         self,
@@ -264,11 +263,10 @@ class Caller:
         """One call in a fresh run (unless given); the decoded ``content`` of its message."""
         run = run or await self.new_run(user, tenant)
         raw = arguments if isinstance(arguments, str) else msgspec.json.encode(arguments or {}).decode()
-        call_id = "call_" + uuid.uuid4().hex[:12]
+        call = tool_call(tool, raw=raw)
+        call_id = call["id"]
         response = await self.client.post(
-            f"/v1/runs/{run}/tool-calls",
-            headers={**auth_for(user, tenant), **(headers or {})},
-            json={"tool_calls": [{"id": call_id, "type": "function", "function": {"name": tool, "arguments": raw}}]},
+            f"/v1/runs/{run}/tool-calls", headers={**auth_for(user, tenant), **(headers or {})}, json=batch(call)
         )
         assert response.status_code == 200, response.text
         message = response.json()["messages"][0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,15 +15,7 @@ from gateway.audit.verify import VerifyReport, verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
-from tests.support.servers import run_cli
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    await seeded(database_url)
-    database = Database.from_settings(Settings(database_url=database_url))
-    yield database
-    await database.dispose()
+from tests.support.processes import run_cli
 
 
 def _row(tenant: str = "acme", n: int = 0, **overrides: Any) -> dict[str, Any]:

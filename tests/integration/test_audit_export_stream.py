@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import seeded
-from tests.support.servers import gateways
+from tests.support.processes import gateways
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres
@@ -63,9 +63,9 @@ async def test_exporting_100_000_rows_keeps_the_gateways_memory_flat(pg_url):
     with gateways(pg_url, 1, audit_seal_interval_s=0) as (gateway,):
         async with httpx.AsyncClient(timeout=120) as http:
             # Warm up every code path on a filtered export of 1 000 rows first.
-            assert (await _export(http, gateway.base_url, user="u7"))[1] == 1_000
+            assert (await _export(http, gateway.url, user="u7"))[1] == 1_000
             before = _memory_kib(gateway.pid)
-            size, lines = await _export(http, gateway.base_url)
+            size, lines = await _export(http, gateway.url)
             after = _memory_kib(gateway.pid)
     assert lines == 100_000
     peak_growth_kib = after["VmHWM"] - before["VmHWM"]
@@ -100,7 +100,7 @@ async def test_a_client_that_disconnects_mid_export_releases_its_connection(pg_u
     small_buffer = httpx.AsyncHTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)])
     with gateways(pg_url, 1, audit_seal_interval_s=0) as (gateway,):
         async with httpx.AsyncClient(timeout=60, transport=small_buffer) as http:
-            async with http.stream("GET", f"{gateway.base_url}/v1/admin/audit/export",
+            async with http.stream("GET", f"{gateway.url}/v1/admin/audit/export",
                                    headers=auth_for("carol")) as response:
                 assert response.status_code == 200
                 async for _ in response.aiter_bytes():
@@ -120,5 +120,5 @@ async def test_a_client_that_disconnects_mid_export_releases_its_connection(pg_u
                 assert time.monotonic() < deadline, "the export kept its transaction open after the client left"
                 await asyncio.sleep(0.1)
             # And the gateway still serves the audit.
-            listed = await http.get(f"{gateway.base_url}/v1/admin/audit", params={"limit": 1}, headers=auth_for("carol"))
+            listed = await http.get(f"{gateway.url}/v1/admin/audit", params={"limit": 1}, headers=auth_for("carol"))
             assert listed.status_code == 200

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from gateway.db.models import Article, Role, RolePermission, Tenant, User
 from tests.support import db
-from tests.support.live_servers import free_port
+from tests.support.loopback import free_port
 from tests.support.tokens import TEST_SECRET, auth
 
 

@@ -9,6 +9,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -18,8 +19,8 @@ from gateway.app import create_app
 from gateway.db.models import Run
 from tests.support import db
 from tests.support.app import make_settings
-from tests.support.client_calls import batch, code_of, tool_call
-from tests.support.live_servers import serve_in_thread
+from tests.support.calls import batch, outcome, tool_call
+from tests.support.loopback import ServerThread
 from tests.support.tokens import auth_for
 from tests.support.tools import Probe, registry_with_probe
 
@@ -29,15 +30,17 @@ BUDGET = 10
 TIMEOUT = httpx.Timeout(60.0)
 
 
-@pytest.fixture
-def probe() -> Probe:
-    return Probe()
+@contextmanager
+def serving(database_url: str, probe: Probe) -> Iterator[str]:
+    """The app with the probe's tools under a real uvicorn server; yields its base URL."""
+    app = create_app(make_settings(database_url), registry=registry_with_probe(probe))
+    with ServerThread(app) as server:
+        yield server.url
 
 
 @pytest.fixture
 def server(seeded_pg_url: str, probe: Probe) -> Iterator[str]:
-    app = create_app(make_settings(seeded_pg_url), registry=registry_with_probe(probe))
-    with serve_in_thread(app) as base_url:
+    with serving(seeded_pg_url, probe) as base_url:
         yield base_url
 
 
@@ -69,7 +72,7 @@ async def call_each(
 
 
 async def assert_exactly_budget_executed(url: str, run_id: str, contents: list[dict]) -> None:
-    outcomes = Counter(code_of(c) for c in contents)
+    outcomes = Counter(outcome(c) for c in contents)
     assert outcomes == {"OK": BUDGET, "BUDGET_EXCEEDED": CONCURRENT_REQUESTS - BUDGET}, outcomes
     audit = Counter(r.outcome for r in await db.audit_rows(url, run_id=run_id))
     assert audit["OK"] == BUDGET and audit["BUDGET_EXCEEDED"] == CONCURRENT_REQUESTS - BUDGET
@@ -80,40 +83,47 @@ async def assert_exactly_budget_executed(url: str, run_id: str, contents: list[d
 # --- one server --------------------------------------------------------------------------
 
 
-async def test_concurrent_requests_never_exceed_the_budget(server, http, probe, seeded_pg_url):
-    run_id = await new_run(http, server, ALICE, max_tool_calls=BUDGET)
-    calls = [tool_call(f"c{i}", "count", {"text": str(i)}) for i in range(CONCURRENT_REQUESTS)]
-    contents = await call_each(http, [server], run_id, calls, ALICE)
-    await assert_exactly_budget_executed(seeded_pg_url, run_id, contents)
+async def assert_concurrent_requests_stay_within_the_budget(
+    http: httpx.AsyncClient, base_url: str, database_url: str, probe: Probe
+) -> None:
+    run_id = await new_run(http, base_url, ALICE, max_tool_calls=BUDGET)
+    calls = [tool_call("count", {"text": str(i)}, call_id=f"c{i}") for i in range(CONCURRENT_REQUESTS)]
+    contents = await call_each(http, [base_url], run_id, calls, ALICE)
+    await assert_exactly_budget_executed(database_url, run_id, contents)
     assert sum(probe.executions.values()) == BUDGET
+
+
+async def test_concurrent_requests_never_exceed_the_budget(server, http, probe, seeded_pg_url):
+    await assert_concurrent_requests_stay_within_the_budget(http, server, seeded_pg_url, probe)
 
 
 async def test_budgets_of_several_runs_stay_exact_when_their_calls_interleave(server, http, probe, seeded_pg_url):
     runs = [await new_run(http, server, ALICE, max_tool_calls=4) for _ in range(3)]
 
     async def flood(run_id: str) -> list[dict]:
-        calls = [tool_call(f"c{i}", "count", {"text": f"{run_id}-{i}"}) for i in range(12)]
+        calls = [tool_call("count", {"text": f"{run_id}-{i}"}, call_id=f"c{i}") for i in range(12)]
         return await call_each(http, [server], run_id, calls, ALICE)
 
     results = await asyncio.gather(*(flood(run_id) for run_id in runs))
     for contents in results:
-        assert Counter(code_of(c) for c in contents) == {"OK": 4, "BUDGET_EXCEEDED": 8}
+        assert Counter(outcome(c) for c in contents) == {"OK": 4, "BUDGET_EXCEEDED": 8}
     assert sum(probe.executions.values()) == 12
 
 
 async def test_concurrent_retries_of_one_call_execute_it_once(server, http, probe):
     run_id = await new_run(http, server, ALICE)
-    calls = [tool_call("same-id", "count", {"text": "once"})] * 20
+    calls = [tool_call("count", {"text": "once"}, call_id="same-id")] * 20
     contents = await call_each(http, [server], run_id, calls, ALICE)
     assert probe.executions == {"same-id": 1}
-    assert {code_of(c) for c in contents} <= {"OK", "TOOL_CALL_IN_PROGRESS"}
-    assert Counter(code_of(c) for c in contents)["OK"] >= 1
+    assert {outcome(c) for c in contents} <= {"OK", "TOOL_CALL_IN_PROGRESS"}
+    assert Counter(outcome(c) for c in contents)["OK"] >= 1
 
 
 async def test_two_concurrent_approvals_execute_the_call_once(server, http, probe):
     run_id = await new_run(http, server, BOB)
     for n in range(3):
-        requested = (await call_each(http, [server], run_id, [tool_call(f"w{n}", "write_note", {"text": str(n)})], BOB))[0]
+        call = tool_call("write_note", {"text": str(n)}, call_id=f"w{n}")
+        requested = (await call_each(http, [server], run_id, [call], BOB))[0]
         approval_id = requested["error"]["approval_id"]
         responses = await asyncio.gather(
             *(http.post(f"{server}/v1/admin/approvals/{approval_id}/approve", headers=CAROL) for _ in range(2))
@@ -129,7 +139,7 @@ async def test_two_concurrent_approvals_execute_the_call_once(server, http, prob
 
 async def test_the_budget_holds_across_gateway_processes(fleet, http, fleet_database):
     run_id = await new_run(http, fleet[0], ALICE, max_tool_calls=BUDGET)
-    calls = [tool_call(f"c{i}", "add", {"a": i, "b": 1}) for i in range(CONCURRENT_REQUESTS)]
+    calls = [tool_call("add", {"a": i, "b": 1}, call_id=f"c{i}") for i in range(CONCURRENT_REQUESTS)]
     contents = await call_each(http, fleet, run_id, calls, ALICE)
     await assert_exactly_budget_executed(fleet_database, run_id, contents)
 
@@ -137,7 +147,7 @@ async def test_the_budget_holds_across_gateway_processes(fleet, http, fleet_data
 async def test_approving_from_several_processes_at_once_executes_once(fleet, http, fleet_database):
     run_id = await new_run(http, fleet[0], BOB)
     title = "Written exactly once"
-    call = tool_call("w1", "create_article", {"title": title, "body": "Approved from every process."})
+    call = tool_call("create_article", {"title": title, "body": "Approved from every process."}, call_id="w1")
     (requested,) = await call_each(http, fleet[:1], run_id, [call], BOB)
     approval_id = requested["error"]["approval_id"]
     responses = await asyncio.gather(
@@ -152,38 +162,33 @@ async def test_approving_from_several_processes_at_once_executes_once(fleet, htt
 
 async def test_retries_of_one_call_across_processes_execute_it_once(fleet, http, fleet_database):
     run_id = await new_run(http, fleet[0], ALICE)
-    calls = [tool_call("same-id", "add", {"a": 2, "b": 3})] * 12
+    calls = [tool_call("add", {"a": 2, "b": 3}, call_id="same-id")] * 12
     contents = await call_each(http, fleet, run_id, calls, ALICE)
-    assert {code_of(c) for c in contents} <= {"OK", "TOOL_CALL_IN_PROGRESS"}
+    assert {outcome(c) for c in contents} <= {"OK", "TOOL_CALL_IN_PROGRESS"}
     executed = [r for r in await db.audit_rows(fleet_database, run_id=run_id) if r.kind == "tool_call"]
     assert len(executed) == 1 and executed[0].outcome == "OK"
 
 
 async def test_concurrent_identical_calls_never_exceed_the_repeat_limit(server, http, probe):
     run_id = await new_run(http, server, ALICE, max_repeats=3)
-    calls = [tool_call(f"c{i}", "count", {"text": "identical"}) for i in range(20)]
+    calls = [tool_call("count", {"text": "identical"}, call_id=f"c{i}") for i in range(20)]
     contents = await call_each(http, [server], run_id, calls, ALICE)
-    assert Counter(code_of(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 17}
+    assert Counter(outcome(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 17}
     assert sum(probe.executions.values()) == 3
 
 
 async def test_the_repeat_limit_holds_across_gateway_processes(fleet, http):
     run_id = await new_run(http, fleet[0], ALICE, max_repeats=3)
-    calls = [tool_call(f"c{i}", "add", {"a": 40, "b": 2}) for i in range(21)]
+    calls = [tool_call("add", {"a": 40, "b": 2}, call_id=f"c{i}") for i in range(21)]
     contents = await call_each(http, fleet, run_id, calls, ALICE)
-    assert Counter(code_of(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 18}
+    assert Counter(outcome(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 18}
 
 
 @pytest.fixture
 def sqlite_server(seeded_sqlite_url: str, probe: Probe) -> Iterator[str]:
-    app = create_app(make_settings(seeded_sqlite_url), registry=registry_with_probe(probe))
-    with serve_in_thread(app) as base_url:
+    with serving(seeded_sqlite_url, probe) as base_url:
         yield base_url
 
 
 async def test_concurrent_requests_never_exceed_the_budget_on_sqlite_either(sqlite_server, http, probe, seeded_sqlite_url):
-    run_id = await new_run(http, sqlite_server, ALICE, max_tool_calls=BUDGET)
-    calls = [tool_call(f"c{i}", "count", {"text": str(i)}) for i in range(CONCURRENT_REQUESTS)]
-    contents = await call_each(http, [sqlite_server], run_id, calls, ALICE)
-    await assert_exactly_budget_executed(seeded_sqlite_url, run_id, contents)
-    assert sum(probe.executions.values()) == BUDGET
+    await assert_concurrent_requests_stay_within_the_budget(http, sqlite_server, seeded_sqlite_url, probe)

@@ -13,7 +13,7 @@ from litestar.testing import AsyncTestClient
 from gateway.app import create_app
 from gateway.db.migrate import upgrade_to_head
 from tests.conftest import make_settings, seeded
-from tests.support.batches import batch, call, contents, outcome
+from tests.support.calls import batch, contents, outcome, tool_call
 from tests.support.postgres import ThrowawayCluster, find_pg_binaries, init_throwaway_cluster
 from tests.support.tokens import auth_for
 
@@ -72,7 +72,7 @@ async def test_requests_get_503_while_postgres_is_down_and_recover_when_it_retur
         run = (await client.post("/v1/runs", json={}, headers=alice)).json()["id"]
 
         async def add(a: int):  # type: ignore[no-untyped-def]
-            return await client.post(f"/v1/runs/{run}/tool-calls", json=batch(call("add", {"a": a, "b": 1})),
+            return await client.post(f"/v1/runs/{run}/tool-calls", json=batch(tool_call("add", {"a": a, "b": 1})),
                                      headers=alice)
 
         assert (await add(1)).status_code == 200

@@ -13,7 +13,7 @@ from gateway.app import create_app
 from tests.support import db
 from tests.support.app import make_settings, seeded
 from tests.support.approvals import approve, request_approval
-from tests.support.client_calls import batch, create_run, tool_call
+from tests.support.calls import batch, create_run, tool_call
 from tests.support.http import assert_error
 from tests.support.tokens import auth_for
 
@@ -56,7 +56,8 @@ async def refusing(refusing_url: str) -> AsyncIterator[tuple[AsyncTestClient, st
 async def test_an_outcome_that_cannot_be_recorded_is_an_error_not_a_success(refusing):
     client, _ = refusing
     run = await create_run(client, ALICE)
-    response = await client.post(f"/v1/runs/{run['id']}/tool-calls", json=batch(tool_call("c1", "add", {"a": 1, "b": 2})), headers=ALICE)
+    call = tool_call("add", {"a": 1, "b": 2}, call_id="c1")
+    response = await client.post(f"/v1/runs/{run['id']}/tool-calls", json=batch(call), headers=ALICE)
     error = assert_error(response, 500, "INTERNAL_ERROR")
     assert "refused by test" not in response.text and error["error_id"]
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.conftest import seeded
-from tests.support.batches import batch, call, contents, outcome
-from tests.support.server import gateway_env, start_gateway, wait_until_ready
+from tests.support.calls import batch, contents, outcome, tool_call
+from tests.support.processes import gateway_env, start_gateway, wait_until_ready
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres
@@ -40,7 +40,7 @@ async def test_sigterm_mid_load_loses_no_audit_row_of_an_acknowledged_call(pg_ur
                 nonlocal refused_after_signal
                 for n in range(10_000):  # bounded; ends when the server stops answering
                     calls = [
-                        call("add", {"a": worker, "b": n * CALLS_PER_REQUEST + i}, call_id=f"w{worker}-{n}-{i}")
+                        tool_call("add", {"a": worker, "b": n * CALLS_PER_REQUEST + i}, call_id=f"w{worker}-{n}-{i}")
                         for i in range(CALLS_PER_REQUEST)
                     ]
                     try:

@@ -17,21 +17,11 @@ from gateway.db.runs import create_run
 from gateway.execution.checks import plan_call
 from gateway.execution.ledger import FinishedCall, Ledger, RunNotFound, create_ledger
 from gateway.execution.protocol import ToolCallRequest
-from gateway.settings import Settings
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
-from tests.support.app import seeded
 
 ALICE = Principal("acme", "alice", frozenset({"editor"}), frozenset({"calculator:use", "articles:write"}))
 REGISTRY = ToolRegistry(builtin_tools())
-
-
-@pytest.fixture
-async def db(database_url: str):
-    await seeded(database_url)
-    database = Database.from_settings(Settings(database_url=database_url))
-    yield database
-    await database.dispose()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from gateway.audit.verify import verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
-from tests.support.servers import ROOT, gateway_env, gateways, run_cli
+from tests.support.processes import ROOT, gateway_env, gateways, run_cli
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres
@@ -86,7 +86,7 @@ async def test_the_chain_stays_correct_with_concurrent_writers_and_sealers_on_se
         try:
             async with httpx.AsyncClient(timeout=30) as http:
                 runs = [
-                    (proc.base_url, user, tenant, await _new_run(http, proc.base_url, user, tenant))
+                    (proc.url, user, tenant, await _new_run(http, proc.url, user, tenant))
                     for proc in procs for user in ("alice", "bob") for tenant in ("acme", "globex")
                 ]
                 limit = asyncio.Semaphore(16)
@@ -131,13 +131,13 @@ async def test_per_tool_cap_holds_under_concurrent_requests_on_two_processes(pg_
     with gateways(pg_url, 2, policy_cache_s=0, audit_seal_interval_s=0) as procs:
         async with httpx.AsyncClient(timeout=30) as http:
             put = await http.put(
-                f"{procs[0].base_url}/v1/admin/tools/add", json={"max_calls_per_run": 5}, headers=auth_for("carol")
+                f"{procs[0].url}/v1/admin/tools/add", json={"max_calls_per_run": 5}, headers=auth_for("carol")
             )
             assert put.status_code == 200
-            run = await _new_run(http, procs[0].base_url, "alice", "acme", max_tool_calls=100)
+            run = await _new_run(http, procs[0].url, "alice", "acme", max_tool_calls=100)
 
             async def one(i: int) -> str:
-                base = procs[i % 2].base_url
+                base = procs[i % 2].url
                 response = await http.post(f"{base}/v1/runs/{run}/tool-calls", json=_calls(1), headers=auth_for())
                 content = json.loads(response.json()["messages"][0]["content"])
                 return "OK" if content["ok"] else content["error"]["code"]
@@ -157,17 +157,17 @@ async def test_a_policy_change_reaches_another_process_within_the_cache_time(pg_
                 response = await http.get(f"{base}/v1/tools", headers=auth_for("alice"))
                 return [t["function"]["name"] for t in response.json()["tools"]]
 
-            assert "add" in await names(b.base_url)  # b has the tenant cached now
-            put = await http.put(f"{a.base_url}/v1/admin/tools/add", json={"enabled": False}, headers=auth_for("carol"))
+            assert "add" in await names(b.url)  # b has the tenant cached now
+            put = await http.put(f"{a.url}/v1/admin/tools/add", json={"enabled": False}, headers=auth_for("carol"))
             assert put.status_code == 200
-            assert "add" not in await names(a.base_url)  # at once where the change was made
+            assert "add" not in await names(a.url)  # at once where the change was made
 
             changed_at = time.monotonic()
-            while "add" in await names(b.base_url):
+            while "add" in await names(b.url):
                 assert time.monotonic() - changed_at < cache_s + 5, "the other process kept a stale policy"
                 await asyncio.sleep(0.1)
-            run = await _new_run(http, b.base_url, "alice", "acme")
-            response = await http.post(f"{b.base_url}/v1/runs/{run}/tool-calls", json=_calls(1), headers=auth_for())
+            run = await _new_run(http, b.url, "alice", "acme")
+            response = await http.post(f"{b.url}/v1/runs/{run}/tool-calls", json=_calls(1), headers=auth_for())
             assert json.loads(response.json()["messages"][0]["content"])["error"]["code"] == "PERMISSION_DENIED"
 
 
@@ -182,11 +182,11 @@ async def test_operator_cli_manages_tenants_and_a_disabled_tenants_tokens_are_re
     with gateways(pg_url, 1, policy_cache_s=0.5, audit_seal_interval_s=0) as (gateway,):
         async with httpx.AsyncClient(timeout=10) as http:
             admin = auth_for("root", "initech", roles=["admin"])
-            roles = await http.get(f"{gateway.base_url}/v1/admin/roles", headers=admin)
+            roles = await http.get(f"{gateway.url}/v1/admin/roles", headers=admin)
             assert [r["name"] for r in roles.json()["items"]] == ["admin"]
 
             async def status() -> tuple[int, str | None]:
-                response = await http.get(f"{gateway.base_url}/v1/tools", headers=auth_for("alice", "acme"))
+                response = await http.get(f"{gateway.url}/v1/tools", headers=auth_for("alice", "acme"))
                 return response.status_code, response.json().get("error", {}).get("code")
 
             assert await status() == (200, None)
@@ -200,7 +200,7 @@ async def test_operator_cli_manages_tenants_and_a_disabled_tenants_tokens_are_re
             while await status() != (403, "TENANT_DISABLED"):
                 assert time.monotonic() < deadline, "a disabled tenant's token was still accepted"
                 await asyncio.sleep(0.1)
-            other = await http.get(f"{gateway.base_url}/v1/tools", headers=auth_for("alice", "globex"))
+            other = await http.get(f"{gateway.url}/v1/tools", headers=auth_for("alice", "globex"))
             assert other.status_code == 200
 
             assert run_cli(pg_url, "tenants", "enable", "acme").returncode == 0
@@ -231,7 +231,7 @@ async def test_operator_cli_configures_a_tenants_agent_loop_and_running_processe
         async with httpx.AsyncClient(timeout=10) as http:
 
             async def code() -> str:
-                response = await http.post(f"{gateway.base_url}/v1/chat/completions", json=chat,
+                response = await http.post(f"{gateway.url}/v1/chat/completions", json=chat,
                                            headers=auth_for("alice", "acme"))
                 return response.json()["error"]["code"]
 

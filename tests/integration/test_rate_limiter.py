@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,8 +13,6 @@ from gateway.db.engine import Database
 from gateway.db.models import RateLimitOverride
 from gateway.ratelimit.limiter import Limit, RateLimited, RateLimiter, lease_cap
 from gateway.ratelimit.store import TakeRequest, Taken, TokenStore, create_token_store
-from gateway.settings import Settings
-from tests.conftest import seeded
 
 ALMOST_NO_REFILL = 0.001
 """Tokens per second: nothing refills during a test, so what a bucket admits is its burst."""
@@ -30,14 +28,6 @@ class CountingStore(TokenStore):
     async def take(self, requests: Sequence[TakeRequest], *, now: datetime | None = None) -> list[Taken]:
         self.round_trips += 1
         return await self.inner.take(requests, now=now)
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    await seeded(database_url)
-    database = Database.from_settings(Settings(database_url=database_url))
-    yield database
-    await database.dispose()
 
 
 async def admitted(limiter: RateLimiter, tenant: str, user: str, attempts: int) -> tuple[int, list[RateLimited]]:

@@ -13,11 +13,10 @@ import httpx
 import pytest
 
 from tests.conftest import _admin, seeded
-from tests.support.batches import batch, call, contents, outcome
+from tests.support.calls import batch, contents, outcome, tool_call as call
 from tests.support.postgres import PostgresServer
 from tests.support.prometheus import samples, value
-from tests.support.servers import run_cli
-from tests.support.server import GatewayProcess, gateway_env, start_gateway, wait_until_ready
+from tests.support.processes import GatewayProcess, gateway_env, run_cli, start_gateway, wait_until_ready
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres

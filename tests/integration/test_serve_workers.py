@@ -11,7 +11,7 @@ import httpx
 
 from gateway.cli import build_parser
 from gateway.observability.multiprocess import ENV, prepare_metrics_dir, remove_metrics_dir
-from tests.support.server import start_gateway, wait_until_ready
+from tests.support.processes import start_gateway, wait_until_ready
 
 DEMO_TOKEN = re.compile(r"acme/alice \(member\):\n\s+(\S+)")
 

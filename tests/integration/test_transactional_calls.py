@@ -14,7 +14,7 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from tests.support.app import make_settings, seeded
-from tests.support.calls import call_tools, error_code, new_run, set_policy, tool_call
+from tests.support.calls import call_tools, new_run, outcome, set_policy, tool_call
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres
@@ -93,5 +93,5 @@ async def test_a_mutating_call_admitted_without_approval_is_atomic_with_its_reco
     )
     assert response.status_code == 200, response.text
     content = json.loads(response.json()["messages"][0]["content"])
-    assert error_code(content) == "TOOL_EXECUTION_FAILED"
+    assert outcome(content) == "TOOL_EXECUTION_FAILED"
     assert await _articles_titled(pg_url, "Direct") == 0

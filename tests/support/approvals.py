@@ -6,7 +6,7 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
-from tests.support.client_calls import send_one
+from tests.support.calls import send_one
 from tests.support.tokens import auth_for
 
 CAROL = auth_for("carol")

@@ -153,26 +153,41 @@ class NewOrder(msgspec.Struct, forbid_unknown_fields=True):
     payment_token: str | None = None
 
 
-def _replayed(service: ServiceState, claims: dict[str, Any], key: str | None) -> Response | None:
-    if key is None:
-        return None
-    stored = service.idempotent.get((claims["tenant_id"], key))
-    if stored is None:
-        return None
-    status, body = stored
-    return Response(body, status_code=status, headers={"idempotent-replayed": "true"})
+@dataclass
+class _Change:
+    """A request that changes an order: who asks, and the idempotency key it may carry."""
+
+    claims: dict[str, Any]
+    service: ServiceState
+    key: str | None
+
+    @classmethod
+    async def of(cls, request: Request) -> _Change:
+        return cls(await caller(request), request.app.state.service, request.headers.get("idempotency-key"))
+
+    def replayed(self) -> Response | None:
+        """The answer given before to this key, if any."""
+        stored = None if self.key is None else self.service.idempotent.get((self.claims["tenant_id"], self.key))
+        if stored is None:
+            return None
+        status, body = stored
+        return Response(body, status_code=status, headers={"idempotent-replayed": "true"})
+
+    def applied(self, status: int, remembered: dict[str, Any]) -> None:
+        """The change is made: count it, and keep its answer for a retry with the same key."""
+        self.service.applied_changes += 1
+        if self.key is not None:
+            self.service.idempotent[(self.claims["tenant_id"], self.key)] = (status, remembered)
 
 
 @post("/api/orders")
 async def create_order(request: Request, data: JSONBody[NewOrder]) -> Any:
-    claims = await caller(request)
-    service: ServiceState = request.app.state.service
-    key = request.headers.get("idempotency-key")
-    replay = _replayed(service, claims, key)
-    if replay is not None:
+    change = await _Change.of(request)
+    if (replay := change.replayed()) is not None:
         return replay
     if data.quantity > 100:
         return problem(422, "A single order may hold at most 100 items.")
+    claims, service = change.claims, change.service
     service.next_id += 1
     order = {
         "id": f"ord_{service.next_id}",
@@ -183,29 +198,22 @@ async def create_order(request: Request, data: JSONBody[NewOrder]) -> Any:
         "status": "open",
     }
     service.orders[(claims["tenant_id"], order["id"])] = order
-    service.applied_changes += 1
-    if key is not None:
-        service.idempotent[(claims["tenant_id"], key)] = (201, order)
+    change.applied(201, order)
     return Response(order, status_code=201)
 
 
 @post("/api/orders/{order_id:str}/cancel")
 async def cancel_order(request: Request, order_id: FromPath[str]) -> Any:
-    claims = await caller(request)
-    service: ServiceState = request.app.state.service
-    key = request.headers.get("idempotency-key")
-    replay = _replayed(service, claims, key)
-    if replay is not None:
+    change = await _Change.of(request)
+    if (replay := change.replayed()) is not None:
         return replay
-    order = _visible_order(service, claims, order_id)
+    order = _visible_order(change.service, change.claims, order_id)
     if isinstance(order, Response):
         return order
     if order["status"] == "cancelled":
         return problem(409, "This order is already cancelled.")
     order["status"] = "cancelled"
-    service.applied_changes += 1
-    if key is not None:
-        service.idempotent[(claims["tenant_id"], key)] = (200, dict(order))
+    change.applied(200, dict(order))
     return Response(order, status_code=200)
 
 

@@ -33,33 +33,26 @@ async def execute(url: str, stmt: Any) -> None:
         await conn.execute(stmt)
 
 
+def _select(table: sa.Table, **where: Any) -> sa.Select[Any]:
+    """The rows of ``table`` whose columns equal the given values."""
+    return sa.select(table).where(*(table.c[column] == value for column, value in where.items()))
+
+
 async def audit_rows(url: str, **where: Any) -> list[Any]:
     table = AuditEvent.__table__
-    stmt = sa.select(table).order_by(table.c.id)
-    for column, value in where.items():
-        stmt = stmt.where(table.c[column] == value)
-    return await rows(url, stmt)
+    return await rows(url, _select(table, **where).order_by(table.c.id))
 
 
 async def approvals(url: str, **where: Any) -> list[Any]:
-    table = Approval.__table__
-    stmt = sa.select(table)
-    for column, value in where.items():
-        stmt = stmt.where(table.c[column] == value)
-    return await rows(url, stmt)
+    return await rows(url, _select(Approval.__table__, **where))
 
 
 async def articles(url: str, **where: Any) -> list[Any]:
-    table = Article.__table__
-    stmt = sa.select(table)
-    for column, value in where.items():
-        stmt = stmt.where(table.c[column] == value)
-    return await rows(url, stmt)
+    return await rows(url, _select(Article.__table__, **where))
 
 
 async def tool_call_rows(url: str, run_id: str) -> list[Any]:
-    table = ToolCall.__table__
-    return await rows(url, sa.select(table).where(table.c.run_id == run_id))
+    return await rows(url, _select(ToolCall.__table__, run_id=run_id))
 
 
 def past(seconds: float = 60) -> datetime:

@@ -13,7 +13,6 @@ import getpass
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+
+from tests.support.loopback import free_port
 
 INSTALL_HINT = (
     "The test suite needs PostgreSQL and found none: GATEWAY_TEST_DATABASE_URL is not set, nothing answers "
@@ -108,12 +109,6 @@ def _find_pg_binaries() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class ThrowawayCluster:
     """A cluster in a temporary folder that a test may stop and start again (``pg_ctl``)."""
@@ -166,7 +161,7 @@ def init_throwaway_cluster(bin_dir: Path) -> ThrowawayCluster:
         run_as = [runuser, "-u", "postgres", "--"]
         shutil.chown(workdir, user="postgres")
     cluster = ThrowawayCluster(
-        bin_dir=bin_dir, workdir=workdir, port=_free_port(), run_as=run_as, env={**os.environ, "LC_ALL": "C"}
+        bin_dir=bin_dir, workdir=workdir, port=free_port(), run_as=run_as, env={**os.environ, "LC_ALL": "C"}
     )
     subprocess.run(
         [*run_as, str(bin_dir / "initdb"), "-D", str(cluster.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",

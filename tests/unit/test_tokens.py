@@ -4,7 +4,7 @@ every way a token can be wrong is refused."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -22,7 +22,7 @@ from tests.support.keys import (
     signed,
     unsigned,
 )
-from tests.support.live_servers import JwksServer
+from tests.support.loopback import JwksServer
 from tests.support.tokens import TEST_SECRET, make_token
 
 
@@ -34,13 +34,6 @@ async def refused(verifier: TokenVerifier, token: str) -> str:
     with pytest.raises(InvalidToken) as caught:
         await verifier.verify(token)
     return caught.value.reason
-
-
-@pytest.fixture
-def jwks_server() -> Iterator[JwksServer]:
-    with JwksServer() as server:
-        server.keys = [public_jwk("rsa-1", rsa_key("rsa-1"), "RS256"), public_jwk("ec-1", ec_key("ec-1"), "ES256")]
-        yield server
 
 
 @pytest.fixture
