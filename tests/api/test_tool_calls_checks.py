@@ -137,3 +137,31 @@ async def test_a_nul_character_in_the_arguments_is_invalid_arguments_not_a_serve
     content = await send_one(client, run["id"], ALICE, "c1", "search_articles", arguments)
     assert outcome(content) == "INVALID_ARGUMENTS"
     assert outcome(await send_one(client, run["id"], ALICE, "c2", "add", {"a": 1, "b": 2})) == "OK"
+
+
+async def test_a_key_given_twice_in_arguments_is_invalid_arguments_and_nothing_runs(client, database_url):
+    run = await create_run(client, BOB)
+    title = "Twice-keyed title"
+    contents = await send(
+        client, run["id"], BOB,
+        tool_call("add", raw='{"a": 1, "b": 2, "a": 40}', call_id="c1"),
+        tool_call("create_article", raw=f'{{"title": "harmless", "body": "b", "title": "{title}"}}', call_id="c2"),
+        tool_call("add", {"a": 1, "b": 2}, call_id="c3"),
+    )
+    assert [outcome(c) for c in contents] == ["INVALID_ARGUMENTS", "INVALID_ARGUMENTS", "OK"]
+    assert "`a` is given more than once" in contents[0]["error"]["message"]
+    assert "`title` is given more than once" in contents[1]["error"]["message"]
+    assert await db.approvals(database_url, run_id=run["id"]) == []
+    audited = {r.tool_call_id: r.outcome for r in await db.audit_rows(database_url, run_id=run["id"])}
+    assert audited == {"c1": "INVALID_ARGUMENTS", "c2": "INVALID_ARGUMENTS", "c3": "OK"}
+
+
+async def test_a_key_given_twice_in_the_batch_rejects_it_whole(client, database_url):
+    run = await create_run(client, ALICE)
+    body = ('{"tool_calls": [{"id": "c1", "type": "function", '
+            '"function": {"name": "add", "arguments": {"a": 1, "b": 2, "b": 3}}}]}')
+    response = await client.post(f"/v1/runs/{run['id']}/tool-calls", content=body, headers=ALICE)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "INVALID_TOOL_CALL"
+    assert "`b` is given more than once" in response.json()["error"]["message"]
+    assert (await client.get(f"/v1/runs/{run['id']}", headers=ALICE)).json()["usage"]["tool_calls"] == 0

@@ -103,8 +103,10 @@ async def test_a_client_that_disconnects_mid_export_releases_its_connection(pg_u
             async with http.stream("GET", f"{gateway.url}/v1/admin/audit/export",
                                    headers=auth_for("carol")) as response:
                 assert response.status_code == 200
-                async for _ in response.aiter_bytes():
-                    break
+                # Keep the iterator: a loop left with `break` drops it, and its finaliser closes
+                # the response at once, before the test has looked.
+                chunks = response.aiter_bytes()
+                assert await chunks.__anext__()
                 # Mid-stream, the export holds its cursor open in a transaction (the statistics
                 # view may show it a moment late on a busy machine).
                 deadline = time.monotonic() + 5
@@ -113,6 +115,11 @@ async def test_a_client_that_disconnects_mid_export_releases_its_connection(pg_u
                     assert time.monotonic() < deadline, states
                     await asyncio.sleep(0.05)
                     states = await _export_backends(postgres.admin_dsn, database)
+                # and keeps holding it while the client reads nothing: it waits on the client.
+                await asyncio.sleep(0.5)
+                assert any(s in ("idle in transaction", "active")
+                           for s in await _export_backends(postgres.admin_dsn, database))
+                await chunks.aclose()
             # The client went away without reading the rest.
             deadline = time.monotonic() + 10
             while any(s in ("idle in transaction", "active")
