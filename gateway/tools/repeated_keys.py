@@ -31,17 +31,22 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+# Made once: json.loads with a hook builds a new decoder on every call, which costs more
+# than the parse of a typical call's arguments.
+_decoder = json.JSONDecoder(object_pairs_hook=_unique)
+
+
 def repeated_key_problem(document: bytes) -> str | None:
     """What is wrong with ``document`` as far as repeated keys go, in words safe to show the
     model, or ``None`` (also when it is not JSON at all: its decoder reports that)."""
     if document.count(b":") < 2:  # every key needs a colon: fewer than two keys in all
         return None
     try:
-        json.loads(document, object_pairs_hook=_unique)
+        _decoder.decode(document.decode())
     except _Repeated as exc:
         return f"the key `{exc.key[:MAX_NAMED_KEY]}` is given more than once in one object"
     except RecursionError:
         return "it nests too deeply"
-    except ValueError:  # not JSON at all: the caller's decoder says so in its own words
+    except ValueError:  # not JSON (or not UTF-8) at all: the caller's decoder says so in its own words
         return None
     return None
