@@ -82,6 +82,8 @@ class TenantState:
     name: str
     disabled: bool
     caps: dict[str, int]
+    llm_provider: str | None = None
+    allow_client_tools: bool = False
 
 
 def _not_found(what: str) -> GatewayError:
@@ -244,7 +246,8 @@ class TenantAdmin:
         if row is None:
             raise _not_found("tenant")
         return TenantState(
-            id=row.id, name=row.name, disabled=row.disabled, caps={name: getattr(row, name) for name in CAP_FIELDS}
+            id=row.id, name=row.name, disabled=row.disabled, caps={name: getattr(row, name) for name in CAP_FIELDS},
+            llm_provider=row.llm_provider, allow_client_tools=bool(row.allow_client_tools),
         )
 
     # -- shared --------------------------------------------------------------------------

@@ -116,11 +116,22 @@ class TenantCaps(msgspec.Struct):
     max_run_ttl_s: int
 
 
+class TenantAgentLoop(msgspec.Struct):
+    """The agent loop's settings for the tenant; the operator sets them (`gateway tenants
+    configure`), the tenant's administrators can read them here."""
+
+    llm_provider: str | None
+    """The model provider the tenant's conversations are pinned to; null: the gateway's default."""
+    allow_client_tools: bool
+    """Whether a chat request may bring tools of its own."""
+
+
 class TenantView(msgspec.Struct):
     id: str
     name: str
     disabled: bool
     caps: TenantCaps
+    agent_loop: TenantAgentLoop
 
 
 def provide_admin(state: State) -> TenantAdmin:
@@ -147,7 +158,10 @@ def policy_view(state: ToolPolicyState) -> ToolPolicyView:
 
 
 def tenant_view(state: TenantState) -> TenantView:
-    return TenantView(id=state.id, name=state.name, disabled=state.disabled, caps=TenantCaps(**state.caps))
+    return TenantView(
+        id=state.id, name=state.name, disabled=state.disabled, caps=TenantCaps(**state.caps),
+        agent_loop=TenantAgentLoop(llm_provider=state.llm_provider, allow_client_tools=state.allow_client_tools),
+    )
 
 
 _deps = {"admin": Provide(provide_admin, sync_to_thread=False)}

@@ -15,6 +15,7 @@ async def test_read_the_tenant_and_its_caps(client):
         "name": "Acme Corporation",
         "disabled": False,
         "caps": {"max_tool_calls_per_run": 100_000, "max_repeats_per_call": 100, "max_run_ttl_s": 2_592_000},
+        "agent_loop": {"llm_provider": None, "allow_client_tools": False},
     }
 
 

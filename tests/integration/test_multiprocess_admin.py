@@ -245,6 +245,12 @@ async def test_operator_cli_configures_a_tenants_agent_loop_and_running_processe
             while await code() != "MODEL_NOT_CONFIGURED":
                 assert time.monotonic() < deadline, "the running process kept refusing client tools"
                 await asyncio.sleep(0.1)
+            # The tenant's administrators see the settings, and cannot change them.
+            tenant = await http.get(f"{gateway.url}/v1/admin/tenant", headers=auth_for("carol", "acme"))
+            assert tenant.json()["agent_loop"] == {"llm_provider": "eu-vllm", "allow_client_tools": True}
+            refused = await http.patch(f"{gateway.url}/v1/admin/tenant", json={"agent_loop": {}},
+                                       headers=auth_for("carol", "acme"))
+            assert refused.status_code == 400
 
     listed = run_cli(pg_url, "tenants", "list").stdout.splitlines()
     assert listed[0].split()[-5:] == ["llm", "provider", "client", "tools", "name"]
