@@ -15,7 +15,7 @@ import msgspec
 ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
 JSON_FIELDS = frozenset({"llm_providers"})
-SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key"})
+SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key"})
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./gateway.db"
 
 
