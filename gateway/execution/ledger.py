@@ -136,7 +136,8 @@ def _call_payload(plan: CallPlan) -> dict[str, Any]:
         payload["call_hash"] = plan.call_hash
         payload["needs_approval"] = plan.needs_approval
         payload["approval_id"] = plan.approval_id
-        payload["arguments"] = msgspec.Raw(plan.arguments.canonical)
+        if plan.needs_approval:  # the frozen call an approval executes; no other call reads them here
+            payload["arguments"] = msgspec.Raw(plan.arguments.canonical)
         if plan.tool_call_cap is not None:
             payload["tool_cap"] = plan.tool_call_cap
     return payload
