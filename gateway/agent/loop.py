@@ -28,7 +28,6 @@ import msgspec
 import structlog
 
 from gateway.agent.history import (
-    DEFAULT_CHARS_PER_TOKEN,
     PromptBudget,
     close_open_calls,
     dropped_count,
@@ -93,7 +92,6 @@ class LoopRun:
     usage: Usage = field(default_factory=Usage)
     persisted: int = 0
     trace: list[TraceEntry] = field(default_factory=list)
-    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
     save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -141,12 +139,10 @@ class AgentLoop:
 
     async def _rounds(self, run: LoopRun, deadline: float, request_id: str | None, emit: Emit) -> LoopOutcome:
         tools_chars = len(msgspec.json.encode(run.tools))
+        budget = PromptBudget(max_tokens=int(run.model.context_window * self._history_share))
         while True:
             if run.steps >= run.limits.max_steps:
                 return self._stopped(run, ErrorCode.MAX_STEPS_EXCEEDED)
-            budget = PromptBudget(
-                max_tokens=int(run.model.context_window * self._history_share), chars_per_token=run.chars_per_token
-            )
             dropped_before = run.messages_dropped
             prompt, run.cut = trim(run.history, cut=run.cut, budget=budget, tools_chars=tools_chars)
             if run.messages_dropped > dropped_before:
@@ -160,14 +156,12 @@ class AgentLoop:
             run.steps = round_no
             run.usage = run.usage + result.usage
             budget.calibrate(prompt_chars, result.usage.prompt_tokens)
-            run.chars_per_token = budget.chars_per_token
             assistant = self._assistant_message(run, result)
             run.history.append(assistant)
             calls: list[dict[str, Any]] = assistant.get("tool_calls", [])
             self._log_answer(run, result, calls, started)
 
             if not calls:
-                await self._save(run)
                 finish = result.finish_reason if result.finish_reason in ("stop", "length", "content_filter") else "stop"
                 return LoopOutcome(state="completed", finish_reason=finish, content=result.message.content or "")
             await emit({"type": "assistant", "round": round_no, "content": assistant["content"],
@@ -182,7 +176,6 @@ class AgentLoop:
                 return await self._hand_back(run, assistant, client_calls)
 
             pending = await self._execute(run, calls, round_no, request_id, emit)
-            await self._save(run)
             if pending:
                 log.info("agent_run_awaiting_approval", run=run.run_id, approvals=[p.approval_id for p in pending])
                 return LoopOutcome(
@@ -192,6 +185,7 @@ class AgentLoop:
                     stop_code=ErrorCode.APPROVAL_REQUIRED,
                     pending=pending,
                 )
+            await self._save(run)  # another round follows; the end state is stored by the caller
 
     def _assistant_message(self, run: LoopRun, result: ChatResult) -> Message:
         """The model's answer as history keeps it; each tool call gets an id unique in the run."""
@@ -275,7 +269,6 @@ class AgentLoop:
     async def _stop_with_open_calls(self, run: LoopRun, code: ErrorCode, emit: Emit) -> LoopOutcome:
         closing = close_open_calls(run.history, code, f"Not run: {stop_text(code, run)}")
         await self._trace_unrun(run, closing, code, emit)
-        await self._save(run)
         return self._stopped(run, code)
 
     async def _trace_unrun(self, run: LoopRun, closing: list[Message], code: ErrorCode, emit: Emit) -> None:
@@ -295,7 +288,6 @@ class AgentLoop:
             log.info("gateway_calls_deferred", run=run.run_id,
                      deferred=len(assistant["tool_calls"]) - len(client_calls))
             assistant["tool_calls"] = client_calls
-        await self._save(run)
         return LoopOutcome(state="completed", finish_reason="tool_calls", content=assistant["content"],
                            client_tool_calls=client_calls)
 
