@@ -17,8 +17,14 @@ underlying exception.
 from __future__ import annotations
 
 import enum
+import uuid
 from dataclasses import dataclass
 from typing import Any
+
+
+def new_error_id() -> str:
+    """The id under which an internal error is logged; the caller gets only this id."""
+    return "err_" + uuid.uuid4().hex[:20]
 
 
 class ErrorCode(enum.StrEnum):

@@ -18,14 +18,14 @@ from typing import Any
 import msgspec
 
 from gateway.errors import ErrorCode
-from gateway.execution.results import error_content
+from gateway.execution.results import error_content, ok_content
 from gateway.llm.base import Message
 
 KEPT_ROLES = frozenset({"system", "developer"})
 DEFAULT_CHARS_PER_TOKEN = 3.5
 NO_OUTPUT = "(the tool returned no output)"
-_EMPTY_RESULTS = frozenset({'{"ok":true,"result":null}', '{"ok":true,"result":""}'})
-_NO_OUTPUT_RESULT = msgspec.json.encode({"ok": True, "result": NO_OUTPUT}).decode()
+_EMPTY_RESULTS = frozenset({ok_content(b"null"), ok_content(b'""')})
+_NO_OUTPUT_RESULT = ok_content(msgspec.json.encode(NO_OUTPUT))
 
 
 def tool_content(content: str | None) -> str:

@@ -35,7 +35,7 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.runs import RequestedLimits, RunService
-from gateway.llm.base import ChatModel, Message, SamplingOptions, Usage
+from gateway.llm.base import Message, SamplingOptions, Usage
 from gateway.llm.providers import ModelProviders
 from gateway.settings import Settings
 from gateway.tools.registry import ToolRegistry
@@ -209,8 +209,7 @@ class AgentService:
         if model is None:
             raise GatewayError(ErrorCode.MODEL_NOT_CONFIGURED,
                                "The model provider of this run is no longer configured.")
-        async with self._db.connect() as conn:
-            history = await q.load_messages(conn, tenant_id=principal.tenant_id, run_id=row.id)
+        history = await self._runs.history(principal, row.id)
         options = row.loop_options or {}
         client_tools = options.get("client_tools") or []
         run = LoopRun(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,7 +24,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import JSONBody
 from litestar.response import Stream
 
-from gateway.agent.loop import LoopOutcome, LoopRun, TraceEntry
+from gateway.agent.loop import LoopOutcome, LoopRun, TraceEntry, trace_event
 from gateway.agent.service import AgentService, ChatRequest
 from gateway.api.chat_schemas import (
     ChatCompletion,
@@ -50,7 +49,7 @@ from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ErrorBody
-from gateway.errors import ERRORS, ErrorCode, GatewayError
+from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.llm.base import Message, SamplingOptions
 
 log = structlog.get_logger("gateway.http")
@@ -280,7 +279,7 @@ async def _events(
         except GatewayError as exc:
             queue.put_nowait(("error", ErrorBody(code=exc.code.value, message=exc.message, request_id=request_id)))
         except Exception:
-            error_id = "err_" + uuid.uuid4().hex[:20]
+            error_id = new_error_id()
             log.exception("agent_stream_failed", run=run.run_id, error_id=error_id)
             queue.put_nowait(("error", ErrorBody(code=ErrorCode.INTERNAL_ERROR.value,
                                                  message=ERRORS[ErrorCode.INTERNAL_ERROR].message,
@@ -291,9 +290,7 @@ async def _events(
         yield _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                          "finish_reason": None}]})
         for entry in run.trace:  # calls answered before the loop started (a resume)
-            yield _sse({**base, "choices": [], "gateway": {"type": "tool_result", "round": entry.round,
-                                                           "tool_call_id": entry.tool_call_id, "name": entry.name,
-                                                           "outcome": entry.outcome, "content": entry.content}})
+            yield _sse({**base, "choices": [], "gateway": trace_event(entry)})
         while True:
             kind, value = await queue.get()
             if kind == "progress":

@@ -7,7 +7,6 @@ logged with its stack under the ``error_id`` the client receives.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import structlog
@@ -17,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 
 from gateway.api.context import request_id_of
 from gateway.api.schemas import ErrorBody, ErrorEnvelope
-from gateway.errors import ERRORS, ErrorCode, GatewayError
+from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.observability import metrics
 
 log = structlog.get_logger("gateway.http")
@@ -85,7 +84,7 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response[Erro
 
 
 def handle_unexpected(request: Request, exc: Exception) -> Response[ErrorEnvelope]:
-    error_id = "err_" + uuid.uuid4().hex[:20]
+    error_id = new_error_id()
     if is_database_unavailable(exc):
         log.warning("database_unavailable", error_id=error_id, error_type=type(exc).__name__)
         return error_response(

@@ -25,7 +25,8 @@ from gateway.errors import ErrorCode, GatewayError
 from gateway.db.policies import NO_POLICIES
 from gateway.execution.checks import check_permission
 from gateway.execution.results import error_content
-from gateway.execution.runner import CallOutcome, new_error_id
+from gateway.errors import new_error_id
+from gateway.execution.runner import CallOutcome
 from gateway.execution.transactional import TransactionalCalls, failure
 from gateway.observability import metrics
 from gateway.settings import Settings

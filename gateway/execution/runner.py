@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from dataclasses import dataclass
 
 import structlog
 
-from gateway.errors import ErrorCode, ToolError
+from gateway.errors import ErrorCode, ToolError, new_error_id
+from gateway.observability.timing import elapsed_ms
 from gateway.execution.results import encode_result, error_content
 from gateway.tools.base import DecodedArguments, Tool, ToolContext
 
@@ -36,10 +36,6 @@ class CallOutcome:
     @property
     def ok(self) -> bool:
         return self.outcome == OK
-
-
-def new_error_id() -> str:
-    return "err_" + uuid.uuid4().hex[:20]
 
 
 async def run_tool(
@@ -63,14 +59,14 @@ async def run_tool(
         return CallOutcome(
             outcome=exc.code.value,
             content=error_content(exc.code, exc.message, retryable=exc.retryable, error_id=exc.error_id),
-            duration_ms=_since(started),
+            duration_ms=elapsed_ms(started),
             error_id=exc.error_id,
         )
     except TimeoutError:
         return CallOutcome(
             outcome=ErrorCode.TOOL_TIMEOUT.value,
             content=error_content(ErrorCode.TOOL_TIMEOUT, f"The tool did not answer within {timeout_s:g} s."),
-            duration_ms=_since(started),
+            duration_ms=elapsed_ms(started),
         )
     except Exception:
         error_id = new_error_id()
@@ -84,11 +80,8 @@ async def run_tool(
         return CallOutcome(
             outcome=ErrorCode.TOOL_EXECUTION_FAILED.value,
             content=error_content(ErrorCode.TOOL_EXECUTION_FAILED, error_id=error_id),
-            duration_ms=_since(started),
+            duration_ms=elapsed_ms(started),
             error_id=error_id,
         )
-    return CallOutcome(outcome=OK, content=content, duration_ms=_since(started))
+    return CallOutcome(outcome=OK, content=content, duration_ms=elapsed_ms(started))
 
-
-def _since(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)

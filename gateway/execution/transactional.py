@@ -22,7 +22,8 @@ from gateway.db import approvals as q
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode
 from gateway.execution.results import error_content
-from gateway.execution.runner import CallOutcome, new_error_id, run_tool
+from gateway.errors import new_error_id
+from gateway.execution.runner import CallOutcome, run_tool
 from gateway.settings import Settings
 from gateway.tools.base import DecodedArguments, Tool, ToolContext
 

@@ -28,6 +28,11 @@ STAGES = ("auth", "validation", "policy", "budget", "tool", "audit")
 """Stage names by index, in the order a request meets them; the header keeps this order."""
 
 
+def elapsed_ms(started: float) -> float:
+    """Milliseconds since ``started`` (a ``perf_counter()`` value), to the microsecond."""
+    return round((perf_counter() - started) * 1000, 3)
+
+
 class StageTimer:
     __slots__ = ("started", "last", "spent", "touched")
 

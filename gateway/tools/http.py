@@ -26,10 +26,8 @@ Each call:
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +37,9 @@ import msgspec
 import structlog
 
 from gateway.auth.service_tokens import ServiceTokenSigner
-from gateway.errors import ERRORS, ErrorCode, ToolError
-from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContext
+from gateway.errors import ERRORS, ErrorCode, ToolError, new_error_id
+from gateway.observability.timing import elapsed_ms
+from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContext, sha256_hex
 from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
 from gateway.tools.json_arguments import JsonSchemaArguments
 
@@ -158,19 +157,19 @@ class HttpToolHandler:
                 response_headers = response.headers
         except httpx.TimeoutException as exc:
             log.warning("service_call_timed_out", **self._log_fields, error_type=type(exc).__name__,
-                        duration_ms=_since(started))
+                        duration_ms=elapsed_ms(started))
             raise ToolError(
                 ErrorCode.TOOL_TIMEOUT, f"The service did not answer within {self._timeout_s:g} s."
             ) from None
         except httpx.TransportError as exc:
             error_id = new_error_id()
             log.warning("service_call_failed", **self._log_fields, error_type=type(exc).__name__,
-                        error_id=error_id, duration_ms=_since(started))
+                        error_id=error_id, duration_ms=elapsed_ms(started))
             raise ToolError(
                 ErrorCode.TOOL_EXECUTION_FAILED, "The service could not be reached.", error_id=error_id
             ) from None
         if success:
-            log.debug("service_call_finished", **self._log_fields, status=status, duration_ms=_since(started))
+            log.debug("service_call_finished", **self._log_fields, status=status, duration_ms=elapsed_ms(started))
             return self._result(data, complete, response_headers)
         raise self._error(status, data, response_headers, started)
 
@@ -213,7 +212,7 @@ class HttpToolHandler:
         code = _STATUS_CODES.get(status)
         if code is not None:
             log.info("service_call_refused", **self._log_fields, status=status, outcome=code.value,
-                     response_excerpt=excerpt, duration_ms=_since(started))
+                     response_excerpt=excerpt, duration_ms=elapsed_ms(started))
             message = self._errors.message(data) or ERRORS[code].message
             retry_after = headers.get("retry-after", "")
             if code is ErrorCode.RATE_LIMITED and retry_after.isdigit():
@@ -221,7 +220,7 @@ class HttpToolHandler:
             return ToolError(code, message)
         error_id = new_error_id()
         log.warning("service_call_failed", **self._log_fields, status=status, error_id=error_id,
-                    response_excerpt=excerpt, duration_ms=_since(started))
+                    response_excerpt=excerpt, duration_ms=elapsed_ms(started))
         if status >= 500:
             return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service failed to handle the request.",
                              error_id=error_id)
@@ -245,20 +244,13 @@ async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool
 def call_idempotency_key(ctx: ToolContext) -> str:
     """For a changing call that runs without an approval: one key per call of a run."""
     material = f"gateway-call:{ctx.principal.tenant_id}:{ctx.run_id}:{ctx.tool_call_id}"
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
-def new_error_id() -> str:
-    return "err_" + uuid.uuid4().hex[:20]
+    return sha256_hex(material.encode())
 
 
 def _content_length(headers: httpx.Headers) -> int | None:
     value = headers.get("content-length", "")
     return int(value) if value.isdigit() else None
 
-
-def _since(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
 
 
 def http_tool(
