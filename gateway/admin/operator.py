@@ -31,7 +31,7 @@ from gateway.audit.verify import verify_chain
 from gateway.db.engine import Database
 from gateway.db.models import Tenant
 from gateway.db.roles import lock_tenant
-from gateway.db.tenants import create_tenant, ensure_role
+from gateway.db.tenants import create_tenant, ensure_role, set_agent_settings
 from gateway.demo import ADMIN
 
 OPERATOR = "operator:cli"
@@ -117,7 +117,7 @@ async def configure(
         if allow_client_tools is not None:
             after["allow_client_tools"] = allow_client_tools
         if after != before:
-            await conn.execute(sa.update(tenants).where(tenants.c.id == slug).values(**after))
+            await set_agent_settings(conn, tenant_id=slug, **after)
             await append_admin_audit(
                 conn, tenant_id=slug, user_id=OPERATOR, action="tenant.configure", target=f"tenant:{slug}",
                 before=before, after=after, request_id=None,

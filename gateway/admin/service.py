@@ -52,13 +52,12 @@ async def append_admin_audit(
     after: Any,
     request_id: str | None,
     tool: str | None = None,
-    kind: str = "admin_change",
 ) -> None:
     """An administrative change, audited like a tool call: who, what, before and after."""
     await conn.execute(
         sa.insert(audit_events).values(
             tenant_id=tenant_id,
-            kind=kind,
+            kind="admin_change",
             user_id=user_id,
             tool=tool,
             outcome="OK",

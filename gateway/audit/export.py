@@ -54,11 +54,9 @@ async def export_chunks(
     db: Database, *, tenant_id: str, filters: AuditFilters, fmt: str, chunk_rows: int = 1000
 ) -> AsyncIterator[bytes]:
     """The filtered rows, newest first, encoded a chunk at a time (never the whole table)."""
-    first = True
     if fmt == "csv":
         # The header goes out even when no row matches.
         yield encode_csv([], header=True)
-        first = False
     async with aclosing(stream_rows(db, tenant_id=tenant_id, filters=filters, chunk_rows=chunk_rows)) as chunks:
         async for rows in chunks:
-            yield encode_jsonl(rows) if fmt == "jsonl" else encode_csv(rows, header=first)
+            yield encode_jsonl(rows) if fmt == "jsonl" else encode_csv(rows, header=False)

@@ -44,9 +44,7 @@ class TenantDirectory:
         Principals are kept with the tenant's cache entry, so a client sending the same
         token again costs a dictionary lookup, and a policy change is seen on the next load.
         """
-        entry = self._fresh(tenant_id)
-        if entry is None:
-            entry = await self._entry(tenant_id)
+        entry = await self._entry(tenant_id)
         if entry.record is None:
             return None
         key = (user_id, tuple(roles))

@@ -35,8 +35,6 @@ from gateway.errors import ErrorCode
 from gateway.execution.checks import CallPlan
 from gateway.execution.results import LEDGER_CONTENTS, TOOL_BUDGET_EXCEEDED
 
-OK = "OK"
-
 
 class RunNotFound(Exception):
     """No run with this id belongs to the caller (tenant and user)."""

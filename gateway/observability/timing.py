@@ -38,7 +38,7 @@ class StageTimer:
 
     def __init__(self) -> None:
         self.started = self.last = perf_counter()
-        self.spent = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        self.spent = [0.0] * len(STAGES)
         self.touched = False
 
     def begin(self) -> None:
@@ -57,13 +57,8 @@ class StageTimer:
 
     def header_value(self) -> bytes:
         """``auth;dur=0.041, validation;dur=0.012, ..., total;dur=1.734`` (milliseconds)."""
-        spent = self.spent
-        return (
-            f"auth;dur={spent[0] * 1000:.3f}, validation;dur={spent[1] * 1000:.3f}, "
-            f"policy;dur={spent[2] * 1000:.3f}, budget;dur={spent[3] * 1000:.3f}, "
-            f"tool;dur={spent[4] * 1000:.3f}, audit;dur={spent[5] * 1000:.3f}, "
-            f"total;dur={self.total_s() * 1000:.3f}"
-        ).encode()
+        stages = ", ".join(f"{name};dur={spent * 1000:.3f}" for name, spent in zip(STAGES, self.spent))
+        return f"{stages}, total;dur={self.total_s() * 1000:.3f}".encode()
 
 
 UNTIMED = StageTimer()

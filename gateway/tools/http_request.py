@@ -73,10 +73,6 @@ class ServiceEndpoint:
         return cls(name=name, scheme=parts.scheme, host=host.lower(), port=port, base_path=base_path,
                    audience=audience or name)
 
-    @property
-    def origin(self) -> str:
-        return f"{self.scheme}://{self.host}" + (f":{self.port}" if self.port is not None else "")
-
     def url(self, raw_path: str, raw_query: str) -> httpx.URL:
         target = self.base_path + raw_path + (f"?{raw_query}" if raw_query else "")
         url = httpx.URL(scheme=self.scheme, host=self.host, port=self.port, raw_path=target.encode("ascii"))

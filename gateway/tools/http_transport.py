@@ -146,7 +146,6 @@ class ServicePool:
         self.max_connections = max_connections
         self.max_keepalive_connections = max_keepalive_connections
         self._slots = asyncio.Semaphore(max_connections)
-        self._max_idle = max_keepalive_connections
         self._keepalive_expiry = keepalive_expiry
         self._backend = network_backend
         self._idle: dict[tuple[bytes, bytes, int], list[httpcore.AsyncHTTP11Connection]] = {}
@@ -198,7 +197,7 @@ class ServicePool:
 
     async def release(self, connection: httpcore.AsyncHTTP11Connection) -> None:
         self._slots.release()
-        if connection.is_idle() and self._idle_count < self._max_idle:
+        if connection.is_idle() and self._idle_count < self.max_keepalive_connections:
             self._idle.setdefault(_key(connection._origin), []).append(connection)  # noqa: SLF001
             self._idle_count += 1
         else:

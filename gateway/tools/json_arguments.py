@@ -117,10 +117,6 @@ class JsonSchemaArguments:
         self._check_defaults(properties)
         self._checks = tuple(checks)
 
-    @property
-    def sensitive(self) -> frozenset[str]:
-        return self._sensitive
-
     def json_schema(self) -> dict[str, Any]:
         return self._schema
 
