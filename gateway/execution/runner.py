@@ -46,7 +46,8 @@ async def run_tool(
     default_timeout_s: float,
     default_max_result_bytes: int,
 ) -> CallOutcome:
-    timeout_s = tool.timeout_s or default_timeout_s
+    timeout_s = ctx.timeout_s = tool.timeout_s or default_timeout_s
+    max_result_bytes = ctx.max_result_bytes = tool.max_result_bytes or default_max_result_bytes
     started = time.perf_counter()
     try:
         if tool.local:
@@ -54,7 +55,7 @@ async def run_tool(
         else:
             async with asyncio.timeout(timeout_s):
                 result = await tool.handler(ctx, arguments.value)
-        content = encode_result(result, max_bytes=tool.max_result_bytes or default_max_result_bytes)
+        content = encode_result(result, max_bytes=max_result_bytes)
     except ToolError as exc:
         return CallOutcome(
             outcome=exc.code.value,

@@ -162,6 +162,11 @@ class ToolContext:
     idempotency_key: str | None = None
     transaction: AsyncConnection | None = None
     """Set when the call runs inside the transaction that will also record its outcome."""
+    timeout_s: float | None = None
+    max_result_bytes: int | None = None
+    """The limits this call runs under (the tool's, or the tenant's policy for it), set by
+    the runner: a handler that enforces its own (an HTTP client's timeout, a capped read)
+    reads them here, since a policy may raise them above the tool's declaration."""
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConnection]:

@@ -129,6 +129,7 @@ class HttpToolHandler:
         self._request = request
         self._calls = calls
         self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s
         self._timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
         self._max_result_bytes = max_result_bytes
         self._mutates = mutates
@@ -146,20 +147,25 @@ class HttpToolHandler:
         except ArgumentsInvalid as exc:
             raise ToolError(ErrorCode.INVALID_ARGUMENTS, exc.message) from None
         headers = self._headers(ctx, has_body=body is not None)
+        timeout_s = ctx.timeout_s or self._timeout_s
+        timeout = self._timeout if timeout_s == self._timeout_s else httpx.Timeout(
+            timeout_s, connect=min(self._connect_timeout_s, timeout_s)
+        )
+        max_result_bytes = ctx.max_result_bytes or self._max_result_bytes
         started = time.perf_counter()
         try:
             async with self._calls.client.stream(
-                self._request.method, url, content=body, headers=headers, timeout=self._timeout
+                self._request.method, url, content=body, headers=headers, timeout=timeout
             ) as response:
                 status = response.status_code
                 success = 200 <= status < 300
-                data, complete = await read_capped(response, self._max_result_bytes if success else ERROR_BODY_LIMIT)
+                data, complete = await read_capped(response, max_result_bytes if success else ERROR_BODY_LIMIT)
                 response_headers = response.headers
         except httpx.TimeoutException as exc:
             log.warning("service_call_timed_out", **self._log_fields, error_type=type(exc).__name__,
                         duration_ms=elapsed_ms(started))
             raise ToolError(
-                ErrorCode.TOOL_TIMEOUT, f"The service did not answer within {self._timeout_s:g} s."
+                ErrorCode.TOOL_TIMEOUT, f"The service did not answer within {timeout_s:g} s."
             ) from None
         except httpx.TransportError as exc:
             error_id = new_error_id()
@@ -197,8 +203,8 @@ class HttpToolHandler:
         return headers
 
     def _result(self, data: bytes, complete: bool, headers: httpx.Headers) -> object:
-        if not complete:
-            return PartialResult(kept=data[: self._max_result_bytes], original_bytes=_content_length(headers))
+        if not complete:  # read_capped kept at most the call's limit
+            return PartialResult(kept=data, original_bytes=_content_length(headers))
         if not data.strip():
             return None
         try:

@@ -18,6 +18,7 @@ from gateway.tools.base import ToolContext
 from gateway.tools.config import load_http_tools
 from gateway.tools.http import ServiceCalls
 from tests.integration.http_env import Caller, HttpEnv, http_env
+from tests.support.calls import set_policy
 from tests.support.tokens import auth_for
 
 LEAKS = ("hunter2", "10.0.0.7", "Traceback", "internal")
@@ -178,6 +179,17 @@ async def test_oversized_answer_is_truncated_with_its_original_size(env: HttpEnv
     assert result["original_bytes"] == 200_000
     assert result["result"].endswith("…[truncated]")
     assert len(result["result"].encode()) <= 1024 + len("…[truncated]".encode())
+
+
+async def test_a_tenant_policy_raising_the_limits_applies_to_the_service_call(env: HttpEnv, gw: Caller):
+    # globex only: the declared limits (0.3 s, 1 KiB) stay in force for acme's calls here.
+    for tool, policy in (("slow", {"timeout_s": 5}), ("big", {"max_result_bytes": 4096})):
+        await set_policy(gw.client, tool, policy, tenant="globex")
+    slow = await gw.call("slow", {"ms": 800}, tenant="globex")
+    assert slow["ok"] is True and slow["result"] == {"slept_ms": 800}
+    big = await gw.call("big", {"size": 3000}, tenant="globex")
+    assert big["ok"] is True and big["result"] == "x" * 2998 and "truncated" not in big
+    assert (await gw.call("big", {"size": 3000}))["truncated"] is True
 
 
 async def test_endless_answer_is_read_only_up_to_the_limit(env: HttpEnv, gw: Caller):
