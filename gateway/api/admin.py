@@ -26,6 +26,7 @@ from gateway.api.params import Name
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
+from gateway.api.schemas import Input
 from gateway.auth.guards import requires_permission
 from gateway.db.policies import ApprovalMode, ToolPolicy
 from gateway.db.roles import RoleRecord
@@ -38,10 +39,6 @@ Permission = Annotated[
         description="A permission, `area:action` (e.g. `articles:read`).",
     ),
 ]
-
-
-class Input(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    pass
 
 
 class RoleCreate(Input, kw_only=True, forbid_unknown_fields=True):
@@ -144,16 +141,15 @@ def role_view(role: RoleRecord) -> RoleView:
 
 def policy_view(state: ToolPolicyState) -> ToolPolicyView:
     policy, tool = state.policy, state.tool
+    effective = policy.applied_to(tool)
     return ToolPolicyView(
         tool=tool.name,
         permission=tool.permission,
         mutates=tool.mutates,
         customised=state.customised,
         policy=msgspec.convert(policy.as_dict(), ToolPolicyOut),
-        effective_timeout_s=policy.timeout_s if policy.timeout_s is not None else tool.timeout_s,
-        effective_max_result_bytes=(
-            policy.max_result_bytes if policy.max_result_bytes is not None else tool.max_result_bytes
-        ),
+        effective_timeout_s=effective.timeout_s,
+        effective_max_result_bytes=effective.max_result_bytes,
     )
 
 

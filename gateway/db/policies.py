@@ -51,6 +51,16 @@ class ToolPolicy:
             "allowed_roles": sorted(self.allowed_roles) if self.allowed_roles is not None else None,
         }
 
+    def applied_to(self, tool: Any) -> Any:
+        """``tool`` with this policy's timeout and maximum result size where it sets them."""
+        if self.timeout_s is None and self.max_result_bytes is None:
+            return tool
+        return replace(
+            tool,
+            timeout_s=self.timeout_s if self.timeout_s is not None else tool.timeout_s,
+            max_result_bytes=self.max_result_bytes if self.max_result_bytes is not None else tool.max_result_bytes,
+        )
+
 
 DEFAULT_POLICY = ToolPolicy()
 
@@ -88,11 +98,7 @@ class TenantPolicies(Mapping[str, ToolPolicy]):
         cached = self._effective.get(tool.name)
         if cached is not None and cached[0] is tool:
             return cached[1]
-        effective = replace(
-            tool,
-            timeout_s=policy.timeout_s if policy.timeout_s is not None else tool.timeout_s,
-            max_result_bytes=policy.max_result_bytes if policy.max_result_bytes is not None else tool.max_result_bytes,
-        )
+        effective = policy.applied_to(tool)
         self._effective[tool.name] = (tool, effective)
         return effective
 
