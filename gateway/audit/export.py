@@ -1,4 +1,9 @@
-"""Encoding audit rows for the API and the export (JSON Lines or CSV), chunk by chunk."""
+"""Encoding audit rows for the API and the export (JSON Lines or CSV), chunk by chunk.
+
+CSV cells holding text that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return get a leading ``'`` (OWASP's rule against formula injection): a spreadsheet shows
+them as text instead of running them.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from gateway.db.engine import Database
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8"}
 _JSON_COLUMNS = frozenset({"arguments", "detail"})
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _encoder = msgspec.json.Encoder()
 
 
@@ -30,19 +36,28 @@ def encode_jsonl(rows: list[Any]) -> bytes:
     return bytes(buffer)
 
 
+def csv_text(value: str) -> str:
+    """A text cell a spreadsheet will not run as a formula."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
+
+
 def _csv_value(name: str, value: Any) -> Any:
     if value is None:
         return ""
     if name in _JSON_COLUMNS:
-        return _encoder.encode(value).decode()
+        return csv_text(_encoder.encode(value).decode())
     if name == "created_at":
         return value.isoformat()
+    if isinstance(value, str):
+        return csv_text(value)
     return value
 
 
 def encode_csv(rows: list[Any], *, header: bool) -> bytes:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    # CRLF, as RFC 4180 has it: the writer then quotes any cell holding a CR or an LF (with
+    # "\n" alone a CR in a value went out bare and split the row in two).
+    writer = csv.writer(out, lineterminator="\r\n")
     if header:
         writer.writerow(EXPORT_COLUMNS)
     for row in rows:
