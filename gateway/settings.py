@@ -331,7 +331,8 @@ FIELD_DOCS: dict[str, str] = {
     "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
     "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",
     "service_signing_key": "PEM private key (EC P-256 → ES256, or RSA → RS256) the gateway signs service tokens "
-    "with; `\\n` may stand for line breaks. Required when HTTP tools are declared (demo mode generates one).",
+    "with; `\\n` may stand for line breaks. Required when HTTP tools are declared (demo mode generates one). "
+    "It also signs and checks audit anchors (`gateway audit anchor`, `audit verify --anchor`).",
     "service_signing_key_file": "Path of a PEM file holding that key (instead of `GATEWAY_SERVICE_SIGNING_KEY`).",
     "service_token_issuer": "The `iss` claim of service tokens.",
     "service_token_ttl_s": "Lifetime of a service token, in seconds.",
