@@ -57,9 +57,13 @@ async def test_a_stream_read_to_its_end_gives_its_slot_back():
 def test_the_failure_line_in_each_format():
     line = failure_line("jsonl", code="INTERNAL_ERROR", message="The export failed.", error_id="err_1")
     assert line.endswith(b"\n")
-    assert json.loads(line) == {"error": {"code": "INTERNAL_ERROR", "message": "The export failed.", "error_id": "err_1"}}
+    assert json.loads(line) == {
+        "error": {"code": "INTERNAL_ERROR", "message": "The export failed.", "error_id": "err_1"}
+    }
     row = failure_line("csv", code="INTERNAL_ERROR", message="The export failed, sorry.", error_id="err_1")
-    assert list(csv.reader(io.StringIO(row.decode()))) == [["#error", "INTERNAL_ERROR", "err_1", "The export failed, sorry."]]
+    assert list(csv.reader(io.StringIO(row.decode()))) == [
+        ["#error", "INTERNAL_ERROR", "err_1", "The export failed, sorry."]
+    ]
 
 
 def test_only_text_that_a_spreadsheet_would_run_is_prefixed():
