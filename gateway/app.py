@@ -31,6 +31,7 @@ from gateway.api.jwks import public_keys
 from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
+from gateway.audit.export import ExportSlots
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.jwks import JwksCache
@@ -123,6 +124,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state.runs = RunService(settings=settings, db=db, directory=directory)
         state.tenant_admin = TenantAdmin(db=db, registry=tools, directory=directory)
         state.rate_limiter = create_rate_limiter(settings, db)
+        state.audit_exports = ExportSlots(
+            per_tenant=settings.audit_export_max_per_tenant, per_process=settings.audit_export_max_per_process
+        )
         sealer = AuditSealer(
             db, batch_size=settings.audit_seal_batch_size, interval_s=settings.audit_seal_interval_s
         )

@@ -11,8 +11,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.settings import Settings, SettingsError
+
+if TYPE_CHECKING:  # imported where used: commands start fast
+    from gateway.audit.anchor import Anchor
+    from gateway.auth.service_tokens import ServiceTokenSigner
 
 DEMO_SECRET_FILE = ".gateway-demo-secret"
 DEMO_SIGNING_KEY_FILE = ".gateway-demo-signing-key.pem"
@@ -89,11 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
                            help="whether a chat request may bring its own tools (default for a new tenant: refuse)")
     tenants.set_defaults(handler=cmd_tenants)
 
-    audit = commands.add_parser("audit", help="the audit hash chain: seal, verify, prune (operator)")
+    audit = commands.add_parser("audit", help="the audit hash chain: seal, verify, anchor, prune (operator)")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
     audit_commands.add_parser("seal", help="link every unsealed audit row into its tenant's chain now")
     verify = audit_commands.add_parser("verify", help="walk a tenant's chain; exit 1 naming the first broken row")
     verify.add_argument("--tenant", required=True)
+    verify.add_argument("--anchor", metavar="FILE",
+                        help="an anchor from `audit anchor`: also prove nothing up to it changed since it was taken")
+    anchor = audit_commands.add_parser(
+        "anchor", help="sign the tenant's sealed chain head with the service key, to keep outside the database"
+    )
+    anchor.add_argument("--tenant", required=True)
+    anchor.add_argument("--out", metavar="FILE", help="write the anchor to FILE (default: print it)")
     prune = audit_commands.add_parser("prune", help="remove old sealed rows, keeping the chain verifiable")
     prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12h, 2w")
     prune.add_argument("--tenant", help="only this tenant (default: all)")
@@ -251,6 +263,7 @@ def _configure_action(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from gateway.admin import operator
+    from gateway.audit.anchor import AnchorInvalid
     from gateway.audit.prune import parse_age
 
     settings = Settings.from_env()
@@ -258,9 +271,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
         if args.audit_command == "seal":
             print(_operate(settings, operator.seal))
         elif args.audit_command == "verify":
-            ok, report = _operate(settings, lambda db: operator.verify(db, args.tenant))
+            try:
+                anchor = _read_anchor(args.anchor, args.tenant) if args.anchor else None
+            except AnchorInvalid as exc:
+                print(f"tenant {args.tenant}: BROKEN at the signed anchor: {exc}")
+                return 1
+            ok, report = _operate(settings, lambda db: operator.verify(db, args.tenant, anchor))
             print(report)
             return 0 if ok else 1
+        elif args.audit_command == "anchor":
+            return _anchor(settings, args.tenant, args.out)
         else:
             try:
                 age = parse_age(args.older_than)
@@ -271,6 +291,57 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _signer(settings: Settings) -> ServiceTokenSigner:
+    from gateway.auth.service_tokens import load_service_signer
+
+    signer = load_service_signer(settings)
+    if signer is None:
+        raise SettingsError(
+            "GATEWAY_SERVICE_SIGNING_KEY or GATEWAY_SERVICE_SIGNING_KEY_FILE must be set: "
+            "audit anchors are signed and checked with the gateway's service key"
+        )
+    return signer
+
+
+def _anchor(settings: Settings, tenant_id: str, out: str | None) -> int:
+    from gateway.admin import operator
+
+    signer = _signer(load_settings())
+    token, report = _operate(
+        settings, lambda db: operator.anchor(db, tenant_id, signer=signer, issuer=settings.service_token_issuer)
+    )
+    summary = (
+        f"tenant {tenant_id}: anchored chain position {report.head_seq} (chain hash {report.head_hash}), "
+        f"signed with key {signer.key_id}; {report.unsealed_rows} row(s) not sealed yet are not covered"
+    )
+    if out is None:
+        print(token)
+        print(summary, file=sys.stderr)
+        return 0
+    try:
+        Path(out).write_text(token + "\n")
+    except OSError as exc:
+        raise operator.OperatorError(f"cannot write {out}: {exc.strerror or type(exc).__name__}") from None
+    print(f"{summary}; written to {out}")
+    return 0
+
+
+def _read_anchor(path: str, tenant_id: str) -> Anchor:
+    """The anchor in ``path``, its signature checked with the gateway's key set."""
+    from gateway.admin import operator
+    from gateway.audit.anchor import read_anchor
+
+    settings = load_settings()
+    signer = _signer(settings)
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise operator.OperatorError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+    return read_anchor(token, jwks=signer.jwks(), issuer=settings.service_token_issuer, tenant_id=tenant_id)
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from gateway.chat_cli import request_body, run_chat
 

@@ -129,7 +129,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "An approver tried to approve their own request.",
               "You cannot approve your own request."),
         _spec(E.RATE_LIMITED, 429, True,
-              "Too many requests for this tenant or user, or the business service is rate limiting; retry later.",
+              "Too many requests for this tenant or user, too many audit exports at once, or the business service "
+              "is rate limiting; retry later.",
               "Too many requests; retry later."),
         _spec(E.SERVICE_UNAVAILABLE, 503, True,
               "The gateway's database is unreachable; retry later.",

@@ -53,6 +53,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     database_pool_size: int = 10
     database_pool_timeout_s: float = 5.0
     database_statement_timeout_s: float = 10.0
+    database_idle_in_transaction_timeout_s: float = 30.0
 
     jwt_secret: str | None = None
     jwt_algorithms: tuple[str, ...] = ("HS256", "RS256", "ES256")
@@ -96,6 +97,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     audit_seal_interval_s: float = 1.0
     audit_seal_batch_size: int = 1000
+    audit_export_max_per_tenant: int = 2
+    audit_export_max_per_process: int = 8
     tools_file: str | None = None
     service_base_urls: tuple[str, ...] = ()
     service_signing_key: str | None = None
@@ -130,9 +133,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         if self.log_format not in ("json", "console"):
             raise SettingsError("GATEWAY_LOG_FORMAT must be json or console")
         for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size",
-                     "audit_seal_batch_size", "service_token_ttl_s", "http_max_connections"):
+                     "audit_seal_batch_size", "service_token_ttl_s", "http_max_connections",
+                     "audit_export_max_per_tenant", "audit_export_max_per_process"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
+        if self.database_idle_in_transaction_timeout_s <= 0:
+            raise SettingsError("GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S must be positive")
         if self.audit_seal_interval_s < 0:
             raise SettingsError("GATEWAY_AUDIT_SEAL_INTERVAL_S must be at least 0")
         if self.run_max_repeats < 0:
@@ -277,6 +283,8 @@ FIELD_DOCS: dict[str, str] = {
     "database_pool_size": "Connections per process in the database pool.",
     "database_pool_timeout_s": "Seconds to wait for a pooled connection before answering 503.",
     "database_statement_timeout_s": "Seconds a single database statement may run (PostgreSQL).",
+    "database_idle_in_transaction_timeout_s": "Seconds a gateway session may sit idle inside a transaction before "
+    "PostgreSQL ends it (`idle_in_transaction_session_timeout`), so no stalled caller holds a connection and its locks.",
     "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",
     "jwt_algorithms": "Comma-separated allow-list of JWT algorithms; HS* use the secret, RS*/ES*/PS* the JWKS.",
     "jwt_issuer": "When set, tokens must carry this `iss`.",
@@ -315,11 +323,16 @@ FIELD_DOCS: dict[str, str] = {
     "audit_seal_interval_s": "Seconds between the audit sealer's rounds in each process (it links new audit rows "
     "into their tenant's hash chain, off the request path); `0` turns the process's sealer off.",
     "audit_seal_batch_size": "Most audit rows one sealer round links in one transaction.",
+    "audit_export_max_per_tenant": "Audit exports one tenant may stream at once from one process; one more is "
+    "`429 RATE_LIMITED` with `Retry-After`.",
+    "audit_export_max_per_process": "Audit exports one process streams at once, all tenants together; one more is "
+    "`429 RATE_LIMITED` with `Retry-After`.",
     "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](#http-tools)); checked at start.",
     "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
     "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",
     "service_signing_key": "PEM private key (EC P-256 → ES256, or RSA → RS256) the gateway signs service tokens "
-    "with; `\\n` may stand for line breaks. Required when HTTP tools are declared (demo mode generates one).",
+    "with; `\\n` may stand for line breaks. Required when HTTP tools are declared (demo mode generates one). "
+    "It also signs and checks audit anchors (`gateway audit anchor`, `audit verify --anchor`).",
     "service_signing_key_file": "Path of a PEM file holding that key (instead of `GATEWAY_SERVICE_SIGNING_KEY`).",
     "service_token_issuer": "The `iss` claim of service tokens.",
     "service_token_ttl_s": "Lifetime of a service token, in seconds.",

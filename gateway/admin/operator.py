@@ -5,7 +5,8 @@
     gateway tenants disable SLUG | enable SLUG
     gateway tenants configure SLUG [--llm-provider NAME | --no-llm-provider] [--client-tools allow|refuse]
     gateway audit seal
-    gateway audit verify --tenant T
+    gateway audit verify --tenant T [--anchor FILE]
+    gateway audit anchor --tenant T [--out FILE]
     gateway audit prune --older-than 90d [--tenant T]
 
 Changes to a tenant are audited in its own chain (user ``operator:cli``). A disabled
@@ -20,14 +21,19 @@ client brings run outside the gateway's guards.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.admin.service import append_admin_audit
+from gateway.audit.anchor import Anchor, sign_anchor
 from gateway.audit.prune import prune
 from gateway.audit.sealer import AuditSealer
-from gateway.audit.verify import verify_chain
+from gateway.audit.verify import VerifyReport, verify_chain
+from gateway.auth.service_tokens import ServiceTokenSigner
 from gateway.db.engine import Database
 from gateway.db.models import Tenant
 from gateway.db.roles import lock_tenant
@@ -132,12 +138,35 @@ async def seal(db: Database) -> str:
     return f"sealed {sealed} audit row(s)"
 
 
-async def verify(db: Database, tenant_id: str) -> tuple[bool, str]:
+@asynccontextmanager
+async def _snapshot(db: Database, tenant_id: str) -> AsyncIterator[AsyncConnection]:
+    """One consistent view of the tenant's chain: the sealers keep moving the head meanwhile."""
     async with db.connect() as conn:
+        await conn.execution_options(isolation_level="REPEATABLE READ")
         if await conn.scalar(sa.select(tenants.c.id).where(tenants.c.id == tenant_id)) is None:
             raise OperatorError(f"no tenant {tenant_id!r}")
-        report = await verify_chain(conn, tenant_id=tenant_id)
+        yield conn
+
+
+async def verify(db: Database, tenant_id: str, anchor: Anchor | None = None) -> tuple[bool, str]:
+    async with _snapshot(db, tenant_id) as conn:
+        report = await verify_chain(conn, tenant_id=tenant_id, anchor=anchor)
     return report.ok, report.describe()
+
+
+async def anchor(
+    db: Database, tenant_id: str, *, signer: ServiceTokenSigner, issuer: str
+) -> tuple[str, VerifyReport]:
+    """The tenant's sealed head, signed, once the chain up to it verifies."""
+    async with _snapshot(db, tenant_id) as conn:
+        report = await verify_chain(conn, tenant_id=tenant_id)
+    if not report.ok:
+        raise OperatorError(f"the chain does not verify, so it is not anchored: {report.describe()}")
+    token = sign_anchor(
+        signer, issuer=issuer, tenant_id=tenant_id, chain_seq=report.head_seq, chain_hash=report.head_hash,
+        now=datetime.now(UTC),
+    )
+    return token, report
 
 
 async def prune_older_than(db: Database, age: timedelta, tenant_id: str | None) -> str:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
+import structlog
 from litestar import Controller, Request, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
@@ -15,14 +19,19 @@ from litestar.params import QueryParameter
 from litestar.response import Stream
 
 from gateway.api.dependencies import principal_of
+from gateway.api.errors import is_database_unavailable
 from gateway.api.openapi import error_responses, streamed_text_response
-from gateway.audit.export import FORMATS, export_chunks
+from gateway.audit.export import FORMATS, ExportSlot, ExportSlots, export_chunks, failure_line
 from gateway.audit.queries import AuditFilters, page
 from gateway.auth.guards import requires_permission
 from gateway.db.engine import Database
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, new_error_id
 
 AUDIT_READ = "audit:read"
+EXPORT_RETRY_AFTER_S = 5
+"""What a refused export is told to wait: exports end when their clients have read them."""
+
+log = structlog.get_logger("gateway.audit")
 
 
 class AuditItem(msgspec.Struct):
@@ -58,6 +67,34 @@ class AuditPage(msgspec.Struct):
 
 def provide_db(state: State) -> Database:
     return state.db
+
+
+def provide_export_slots(state: State) -> ExportSlots:
+    return state.audit_exports
+
+
+async def _guarded(chunks: AsyncIterator[bytes], slot: ExportSlot, fmt: str) -> AsyncIterator[bytes]:
+    """The export's chunks; a failure after the response started becomes the stream's last
+    line (logged with its stack under the error id that line carries). The slot is given
+    back however the stream ends, the client going away included."""
+    try:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk
+    except Exception as exc:
+        error_id = new_error_id()
+        code = ErrorCode.SERVICE_UNAVAILABLE if is_database_unavailable(exc) else ErrorCode.INTERNAL_ERROR
+        log.error("audit_export_failed", error_id=error_id, code=code.value, format=fmt, exc_info=exc)
+        yield failure_line(fmt, code=code.value, message="The export failed before its end.", error_id=error_id)
+    finally:
+        slot.release()
+
+
+def _held_until_closed(chunks: AsyncIterator[bytes], slot: ExportSlot) -> AsyncIterator[bytes]:
+    # A stream whose client leaves before its first chunk is never started, so its
+    # ``finally`` never runs: give the slot back when the generator is collected too.
+    weakref.finalize(chunks, slot.release)
+    return chunks
 
 
 def _cursor(row_id: int) -> str:
@@ -104,7 +141,10 @@ class AuditController(Controller):
     path = "/v1/admin/audit"
     tags = ["audit"]
     guards = [requires_permission(AUDIT_READ)]
-    dependencies = {"db": Provide(provide_db, sync_to_thread=False)}
+    dependencies = {
+        "db": Provide(provide_db, sync_to_thread=False),
+        "export_slots": Provide(provide_export_slots, sync_to_thread=False),
+    }
 
     @get("/", summary="List the tenant's audit rows", responses=error_responses(400, 401, 403, 503))
     async def list_audit(
@@ -133,11 +173,13 @@ class AuditController(Controller):
     @get(
         "/export",
         summary="Export the tenant's audit rows (JSON Lines or CSV)",
-        responses=error_responses(400, 401, 403, 503),
+        responses=error_responses(400, 401, 403, 429, 503),
         operation_class=streamed_text_response(
             {
-                "application/x-ndjson": "format=jsonl: one JSON object per row, the fields of an audit item.",
-                "text/csv": "format=csv: a header line, then one line per row.",
+                "application/x-ndjson": "format=jsonl: one JSON object per row, the fields of an audit item; "
+                "a stream that fails ends with `{\"error\": {\"code\", \"message\", \"error_id\"}}`.",
+                "text/csv": "format=csv: a header line, then one line per row (text cells starting with = + - @ "
+                "tab or CR prefixed with '); a stream that fails ends with a row `#error,<code>,<error_id>,<message>`.",
             },
             "The matching rows, newest first, streamed.",
         ),
@@ -146,6 +188,7 @@ class AuditController(Controller):
         self,
         request: Request,
         db: NamedDependency[Database],
+        export_slots: NamedDependency[ExportSlots],
         format: Annotated[str, QueryParameter(description="jsonl or csv")] = "jsonl",
         user: Text = None,
         tool: Text = None,
@@ -155,14 +198,24 @@ class AuditController(Controller):
         since: Annotated[datetime | None, QueryParameter(description="Rows at or after this time")] = None,
         until: Annotated[datetime | None, QueryParameter(description="Rows before this time")] = None,
     ) -> Stream:
-        """Streams every matching row, newest first, without holding them in memory."""
+        """Streams every matching row, newest first, in pages read one short transaction at a time.
+        A tenant (and a process) runs a bounded number of exports at once: one more is 429."""
         if format not in FORMATS:
             raise GatewayError(ErrorCode.INVALID_REQUEST, "format must be jsonl or csv.")
         principal = principal_of(request)
         filters = _filters(user, tool, outcome, run, approval, since, until)
+        slot = export_slots.take(principal.tenant_id)
+        if slot is None:
+            log.info("audit_export_refused", exports_in_progress=export_slots.in_use)
+            raise GatewayError(
+                ErrorCode.RATE_LIMITED,
+                f"Too many audit exports in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
+                headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
+            )
         filename = f"audit-{principal.tenant_id}.{format}"
+        chunks = export_chunks(db, tenant_id=principal.tenant_id, filters=filters, fmt=format)
         return Stream(
-            export_chunks(db, tenant_id=principal.tenant_id, filters=filters, fmt=format),
+            _held_until_closed(_guarded(chunks, slot, format), slot),
             media_type=FORMATS[format],
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )

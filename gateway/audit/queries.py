@@ -1,18 +1,15 @@
-"""Tenant-scoped reads of the audit: filters, keyset pages (newest first), and a stream."""
+"""Tenant-scoped reads of the audit: filters and keyset pages (newest first)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import anyio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.chain import audit_events
-from gateway.db.engine import Database
 
 EXPORT_COLUMNS: tuple[str, ...] = (
     "id", "created_at", "kind", "user_id", "run_id", "tool_call_id", "tool", "arguments", "arguments_sha256",
@@ -63,23 +60,3 @@ async def page(
     """One page of ``limit`` rows and whether more follow."""
     rows = list((await conn.execute(select_rows(tenant_id, filters, before_id=before_id).limit(limit + 1))).all())
     return rows[:limit], len(rows) > limit
-
-
-async def stream_rows(
-    db: Database, *, tenant_id: str, filters: AuditFilters, chunk_rows: int = 1000
-) -> AsyncIterator[list[Any]]:
-    """The matching rows in chunks, through a server-side cursor on a connection of its own.
-
-    The request's own connection is gone once the response starts, so this one is opened
-    here and closed when the stream ends, fails or the client disconnects (the close is
-    shielded from the cancellation that a disconnect brings)."""
-    conn = await db.engine.connect()
-    try:
-        result = await conn.stream(
-            select_rows(tenant_id, filters).execution_options(yield_per=chunk_rows)
-        )
-        async for rows in result.partitions(chunk_rows):
-            yield rows
-    finally:
-        with anyio.CancelScope(shield=True):
-            await conn.close()

@@ -4,16 +4,25 @@ Checks, for every sealed row in chain order (read in keyset chunks, never all at
 its position follows the previous one with no gap, its content still hashes to its
 ``content_hash``, its ``prev_hash`` is the previous row's chain hash (the stored anchor
 for the first kept row), and its ``chain_hash`` links the two. The last row must be the
-head the sealer stored. Rows not sealed yet are counted and reported, not judged.
+head the sealer stored. Rows not sealed yet are counted and reported with the age of the
+oldest, not judged.
+
+With a signed anchor (``gateway/audit/anchor.py``) it also checks that the row at the
+anchor's position still has the chain hash the anchor signed: the stored head can be
+recomputed by anyone who can write to the database, the anchor cannot.
+
+Read it in one snapshot (``REPEATABLE READ``): a sealer may move the head meanwhile.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.audit.anchor import Anchor
 from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, content_hash, genesis_hash, link_hash
 from gateway.audit.sealer import audit_chains
 
@@ -27,22 +36,45 @@ class VerifyReport:
     unsealed_rows: int
     anchor_seq: int
     head_seq: int
+    head_hash: str = ""
     broken_row_id: int | None = None
     broken_seq: int | None = None
     reason: str | None = None
+    oldest_unsealed_at: datetime | None = None
+    checked_at: datetime | None = None
+    signed_anchor: Anchor | None = None
+    """The signed anchor checked too, if one was given."""
+    broken_at: str | None = None
+    """What broke when it is no row: the chain head (default) or the signed anchor."""
 
     @property
     def ok(self) -> bool:
         return self.reason is None
 
+    def _unsealed(self) -> str:
+        text = f"{self.unsealed_rows} row(s) not sealed yet"
+        if self.oldest_unsealed_at is not None and self.checked_at is not None:
+            age = max(0, int((self.checked_at - self.oldest_unsealed_at).total_seconds()))
+            text += f" (the oldest written {self.oldest_unsealed_at.isoformat()}, {age} s ago)"
+        return text
+
     def describe(self) -> str:
-        unsealed = f"{self.unsealed_rows} row(s) not sealed yet"
+        unsealed = self._unsealed()
         if self.ok:
             span = (
                 f"chain positions {self.anchor_seq + 1}..{self.head_seq}" if self.verified_rows else "no sealed rows"
             )
-            return f"tenant {self.tenant_id}: OK, {self.verified_rows} sealed row(s) verified ({span}); {unsealed}"
-        where = f"row id {self.broken_row_id}" if self.broken_row_id is not None else "the chain head"
+            anchored = ""
+            if self.signed_anchor is not None:
+                anchored = (
+                    f"; unchanged up to the signed anchor at chain position {self.signed_anchor.chain_seq} "
+                    f"(taken {self.signed_anchor.issued_at.isoformat()})"
+                )
+            return (
+                f"tenant {self.tenant_id}: OK, {self.verified_rows} sealed row(s) verified ({span}){anchored}; "
+                f"{unsealed}"
+            )
+        where = f"row id {self.broken_row_id}" if self.broken_row_id is not None else self.broken_at or "the chain head"
         seq = f" (chain position {self.broken_seq})" if self.broken_seq is not None else ""
         return (
             f"tenant {self.tenant_id}: BROKEN at {where}{seq}: {self.reason}; "
@@ -50,15 +82,16 @@ class VerifyReport:
         )
 
 
-async def verify_chain(conn: AsyncConnection, *, tenant_id: str) -> VerifyReport:
-    unsealed = int(
-        await conn.scalar(
-            sa.select(sa.func.count())
+async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor | None = None) -> VerifyReport:
+    checked_at = datetime.now(UTC)
+    unsealed_count, oldest_unsealed_at = (
+        await conn.execute(
+            sa.select(sa.func.count(), sa.func.min(audit_events.c.created_at))
             .select_from(audit_events)
             .where(audit_events.c.tenant_id == tenant_id, audit_events.c.chain_seq.is_(None))
         )
-        or 0
-    )
+    ).one()
+    unsealed = int(unsealed_count or 0)
     chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).first()
     if chain is None:
         anchor_seq, anchor_hash, head_seq, head_hash = 0, genesis_hash(tenant_id), 0, genesis_hash(tenant_id)
@@ -66,11 +99,32 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str) -> VerifyReport
         anchor_seq, anchor_hash = chain.anchor_seq, chain.anchor_hash
         head_seq, head_hash = chain.head_seq, chain.head_hash
 
-    def broken(row_id: int | None, seq: int | None, reason: str, verified: int) -> VerifyReport:
+    def broken(row_id: int | None, seq: int | None, reason: str, verified: int, at: str | None = None) -> VerifyReport:
         return VerifyReport(
             tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq,
-            head_seq=head_seq, broken_row_id=row_id, broken_seq=seq, reason=reason,
+            head_seq=head_seq, head_hash=head_hash, broken_row_id=row_id, broken_seq=seq, reason=reason,
+            oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at, signed_anchor=anchor, broken_at=at,
         )
+
+    def differs_from_anchor(row_id: int | None, verified: int) -> VerifyReport:
+        assert anchor is not None
+        return broken(
+            row_id, anchor.chain_seq,
+            f"its chain hash is not the one the signed anchor of {anchor.issued_at.isoformat()} holds: a row at or "
+            "before this position was changed, removed or inserted since, and the later hashes recomputed",
+            verified, "the signed anchor",
+        )
+
+    if anchor is not None and anchor.chain_seq <= anchor_seq:
+        if anchor.chain_seq < anchor_seq:
+            return broken(
+                None, anchor.chain_seq,
+                f"the signed anchor's position was pruned (the chain now starts after position {anchor_seq}); "
+                "it proves nothing about the rows kept: take a new anchor",
+                0, "the signed anchor",
+            )
+        if anchor.chain_hash != anchor_hash:
+            return differs_from_anchor(None, 0)
 
     expected_seq, prev = anchor_seq + 1, anchor_hash
     verified = 0
@@ -99,6 +153,8 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str) -> VerifyReport
             if link_hash(row.chain_seq, prev, row.content_hash) != row.chain_hash:
                 return broken(row.id, row.chain_seq, "its chain hash does not link its content to the row before it",
                               verified)
+            if anchor is not None and row.chain_seq == anchor.chain_seq and row.chain_hash != anchor.chain_hash:
+                return differs_from_anchor(row.id, verified)
             prev = row.chain_hash
             expected_seq += 1
             verified += 1
@@ -106,6 +162,12 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str) -> VerifyReport
             break
         after = rows[-1].chain_seq
     last_seq = expected_seq - 1
+    if anchor is not None and anchor.chain_seq > last_seq:
+        return broken(
+            None, anchor.chain_seq,
+            f"the chain ends at position {last_seq}, before the signed anchor's position (rows were removed)",
+            verified, "the signed anchor",
+        )
     if last_seq != head_seq or prev != head_hash:
         return broken(
             None, head_seq,
@@ -114,5 +176,6 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str) -> VerifyReport
             verified,
         )
     return VerifyReport(
-        tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq, head_seq=head_seq
+        tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq, head_seq=head_seq,
+        head_hash=head_hash, oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at, signed_anchor=anchor,
     )

@@ -23,8 +23,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from gateway.settings import Settings
 
 
+def session_settings(settings: Settings) -> dict[str, str]:
+    """What every gateway session on PostgreSQL runs under, on both pools: its name, the longest
+    a statement may run, and the longest it may sit idle inside a transaction (a stalled
+    caller must not keep a connection, its snapshot and its locks)."""
+    return {
+        "application_name": "gateway",
+        "statement_timeout": str(int(settings.database_statement_timeout_s * 1000)),
+        "idle_in_transaction_session_timeout": str(int(settings.database_idle_in_transaction_timeout_s * 1000)),
+    }
+
+
 class Database:
-    def __init__(self, engine: AsyncEngine, *, driver_pool_size: int = 10, statement_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        driver_pool_size: int = 10,
+        statement_timeout_s: float = 10.0,
+        server_settings: dict[str, str] | None = None,
+    ) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.is_postgres = self.dialect == "postgresql"
@@ -32,6 +50,7 @@ class Database:
         self._driver_pool_lock = asyncio.Lock()
         self._driver_pool_size = driver_pool_size
         self._statement_timeout_s = statement_timeout_s
+        self._server_settings = dict(server_settings or {})
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -39,6 +58,7 @@ class Database:
             create_engine(settings),
             driver_pool_size=settings.database_pool_size,
             statement_timeout_s=settings.database_statement_timeout_s,
+            server_settings=session_settings(settings),
         )
 
     @asynccontextmanager
@@ -72,10 +92,7 @@ class Database:
                     min_size=1,
                     max_size=self._driver_pool_size,
                     command_timeout=self._statement_timeout_s + 5,
-                    server_settings={
-                        "application_name": "gateway",
-                        "statement_timeout": str(int(self._statement_timeout_s * 1000)),
-                    },
+                    server_settings=self._server_settings,
                     # The hot path runs single autocommit statements and leaves no session
                     # state behind, so the pool's reset statement on every release is waste.
                     reset=_no_reset,
@@ -100,21 +117,36 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 def create_engine(settings: Settings) -> AsyncEngine:
     if settings.is_sqlite:
         return _create_sqlite_engine(settings)
-    return create_async_engine(
+    engine = create_async_engine(
         settings.database_url,
         pool_size=settings.database_pool_size,
         max_overflow=0,
         pool_timeout=settings.database_pool_timeout_s,
         pool_recycle=1800,
+        # SQLAlchemy's exception text carries a failed statement's parameters (tool arguments,
+        # stored messages): never let them reach a log line or a traceback.
+        hide_parameters=True,
         connect_args={
             "timeout": settings.database_pool_timeout_s,
             "command_timeout": settings.database_statement_timeout_s + 5,
-            "server_settings": {
-                "application_name": "gateway",
-                "statement_timeout": str(int(settings.database_statement_timeout_s * 1000)),
-            },
+            "server_settings": session_settings(settings),
         },
     )
+    event.listen(engine.sync_engine, "handle_error", _drop_row_values)
+    return engine
+
+
+def _drop_row_values(context: Any) -> None:
+    """PostgreSQL's DETAIL of a failed statement may quote the row (``Failing row contains
+    (...)``, ``Key (...)=(...)``), and asyncpg puts it in the exception's text: drop it, as
+    ``hide_parameters`` drops the parameters. The SQLSTATE, constraint and table stay."""
+    seen: set[int] = set()
+    current: BaseException | None = context.original_exception
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, asyncpg.PostgresError):
+            current.detail = None
+        current = current.__cause__ or current.__context__
 
 
 def _create_sqlite_engine(settings: Settings) -> AsyncEngine:

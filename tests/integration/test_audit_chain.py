@@ -248,3 +248,166 @@ async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url)
         assert "1 row(s) not sealed yet" in broken.stdout
     finally:
         await db.dispose()
+
+
+async def _rewrite_and_relink(db: Database, row_id: int, tenant: str = "acme", **values: Any) -> None:
+    """What someone with write access to the database can do: change a sealed row, then
+    recompute its hashes, every later row's and the stored head with the chain's own functions."""
+    from gateway.audit.chain import link_hash
+    from gateway.audit.sealer import audit_chains
+
+    async with db.begin() as conn:
+        await conn.execute(sa.update(audit_events).where(audit_events.c.id == row_id).values(**values))
+        start = await conn.scalar(sa.select(audit_events.c.chain_seq).where(audit_events.c.id == row_id))
+        prev = await conn.scalar(sa.select(audit_events.c.prev_hash).where(audit_events.c.id == row_id))
+        rows = (await conn.execute(
+            sa.select(audit_events)
+            .where(audit_events.c.tenant_id == tenant, audit_events.c.chain_seq >= start)
+            .order_by(audit_events.c.chain_seq)
+        )).all()
+        for row in rows:
+            content = content_hash(row)
+            link = link_hash(row.chain_seq, prev, content)
+            await conn.execute(sa.update(audit_events).where(audit_events.c.id == row.id).values(
+                content_hash=content, prev_hash=prev, chain_hash=link))
+            prev = link
+        await conn.execute(sa.update(audit_chains).where(audit_chains.c.tenant_id == tenant).values(head_hash=prev))
+
+
+def _signed(pg_url: str, *args: str, key: str | None = None):  # type: ignore[no-untyped-def]
+    from tests.support.tokens import SERVICE_SIGNING_KEY
+
+    return run_cli(pg_url, "audit", *args, service_signing_key=key or SERVICE_SIGNING_KEY)
+
+
+@pytest.mark.postgres
+async def test_a_rewritten_and_relinked_chain_passes_verify_but_not_an_earlier_anchor(pg_url, tmp_path):
+    import jwt
+
+    from gateway.auth.service_tokens import ServiceTokenSigner
+    from tests.support.tokens import SERVICE_SIGNING_KEY
+
+    await seeded(pg_url)
+    db = Database.from_settings(Settings(database_url=pg_url))
+    anchor_file = tmp_path / "acme.anchor"
+    try:
+        ids = await _insert(db, [_row(n=i) for i in range(6)])
+        await AuditSealer(db).seal_pending()
+        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+        assert anchored.returncode == 0, anchored.stderr
+        assert "anchored chain position 6" in anchored.stdout
+
+        # The anchor is a JWS that the gateway's JWKS verifies, holding the head's position and hash.
+        jwks = ServiceTokenSigner.from_pem(SERVICE_SIGNING_KEY.encode(), issuer="gateway", ttl_s=60).jwks()
+        token = anchor_file.read_text().strip()
+        key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
+        claims = jwt.decode(token, key=key, algorithms=["ES256"], audience="gateway-audit-anchor")
+        async with db.connect() as conn:
+            head = await conn.scalar(sa.select(audit_events.c.chain_hash).where(audit_events.c.id == ids[5]))
+        assert (claims["tenant_id"], claims["chain_seq"], claims["chain_hash"]) == ("acme", 6, head)
+
+        # Later rows, sealed and not yet sealed, leave the anchor valid.
+        await _insert(db, [_row(n=i) for i in range(6, 9)])
+        await AuditSealer(db).seal_pending()
+        await _insert(db, [_row(n=9)])
+        intact = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+        assert intact.returncode == 0, intact.stdout + intact.stderr
+        assert "OK, 9 sealed row(s) verified" in intact.stdout
+        assert "unchanged up to the signed anchor at chain position 6" in intact.stdout
+        assert "1 row(s) not sealed yet (the oldest written " in intact.stdout
+
+        # Row 3 is rewritten and every later hash and the head recomputed.
+        await _rewrite_and_relink(db, ids[2], outcome="OK", user_id="mallory")
+        alone = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+        assert alone.returncode == 0 and "OK, 9 sealed row(s) verified" in alone.stdout
+
+        caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+        assert caught.returncode == 1, caught.stdout + caught.stderr
+        assert f"BROKEN at row id {ids[5]} (chain position 6)" in caught.stdout
+        assert "signed anchor" in caught.stdout
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_an_anchor_that_is_altered_foreign_or_of_another_tenant_is_refused(pg_url, tmp_path):
+    from gateway.auth.service_tokens import generate_signing_key_pem
+
+    await seeded(pg_url)
+    db = Database.from_settings(Settings(database_url=pg_url))
+    try:
+        await _insert(db, [_row(n=i) for i in range(3)])
+        await AuditSealer(db).seal_pending()
+    finally:
+        await db.dispose()
+    anchor_file = tmp_path / "acme.anchor"
+    assert _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file)).returncode == 0
+    header, claims, signature = anchor_file.read_text().strip().split(".")
+
+    import base64
+    import json
+
+    def b64(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    decoded = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))
+    altered = tmp_path / "altered.anchor"
+    altered.write_text(".".join([header, b64({**decoded, "chain_seq": 2}), signature]))
+    result = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(altered))
+    assert result.returncode == 1 and "signature does not verify" in result.stdout
+
+    foreign = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file),
+                      key=generate_signing_key_pem().decode())
+    assert foreign.returncode == 1 and "not in the gateway's key set" in foreign.stdout
+
+    other = _signed(pg_url, "verify", "--tenant", "globex", "--anchor", str(anchor_file))
+    assert other.returncode == 1 and "anchors tenant 'acme', not 'globex'" in other.stdout
+
+    unsigned = run_cli(pg_url, "audit", "anchor", "--tenant", "acme")
+    assert unsigned.returncode == 2 and "GATEWAY_SERVICE_SIGNING_KEY" in unsigned.stderr
+
+
+@pytest.mark.postgres
+async def test_a_broken_chain_is_not_anchored(pg_url):
+    await seeded(pg_url)
+    db = Database.from_settings(Settings(database_url=pg_url))
+    try:
+        ids = await _insert(db, [_row(n=i) for i in range(3)])
+        await AuditSealer(db).seal_pending()
+        await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(outcome="X"))
+    finally:
+        await db.dispose()
+    refused = _signed(pg_url, "anchor", "--tenant", "acme")
+    assert refused.returncode == 1
+    assert refused.stdout == "" and f"BROKEN at row id {ids[1]}" in refused.stderr
+
+
+@pytest.mark.postgres
+async def test_an_anchor_at_the_pruned_boundary_still_verifies_and_one_pruned_past_is_refused(pg_url):
+    from gateway.audit.anchor import Anchor
+
+    await seeded(pg_url)
+    db = Database.from_settings(Settings(database_url=pg_url))
+    try:
+        old = datetime.now(UTC) - timedelta(days=120)
+        ids = await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(4)])
+        await _insert(db, [_row(n=i) for i in range(4, 6)])
+        await AuditSealer(db).seal_pending()
+        async with db.connect() as conn:
+            hashes = {seq: link for seq, link in (await conn.execute(
+                sa.select(audit_events.c.chain_seq, audit_events.c.chain_hash).where(audit_events.c.id.in_(ids))
+            )).all()}
+        taken = datetime.now(UTC)
+        at_boundary = Anchor(tenant_id="acme", chain_seq=4, chain_hash=hashes[4], issued_at=taken, key_id="k")
+        pruned_past = Anchor(tenant_id="acme", chain_seq=2, chain_hash=hashes[2], issued_at=taken, key_id="k")
+
+        await prune(db, older_than=parse_age("90d"), tenant_id="acme")
+        async with db.connect() as conn:
+            kept = await verify_chain(conn, tenant_id="acme", anchor=at_boundary)
+            gone = await verify_chain(conn, tenant_id="acme", anchor=pruned_past)
+        assert kept.ok, kept.describe()
+        assert not gone.ok
+        assert "BROKEN at the signed anchor (chain position 2)" in gone.describe()
+        assert "was pruned" in gone.describe()
+    finally:
+        await db.dispose()
