@@ -143,6 +143,8 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
                 await self._wait(timeout)
             except TimeoutError:
                 raise httpcore.WriteTimeout() from None
+            if self._buffer:
+                self.answered_early = True  # while these bytes waited to be sent
         if self._error is not None:
             raise httpcore.WriteError(type(self._error).__name__)
 
