@@ -29,7 +29,7 @@ import asyncio
 import select
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 import httpcore
 import httpx
@@ -62,8 +62,8 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
     # asyncio's side
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport instances, only alike.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -172,8 +172,7 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         except (OSError, ssl.SSLError) as exc:
             await self.aclose()
             raise httpcore.ConnectError(type(exc).__name__) from None
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)
         return self
 
     def get_extra_info(self, info: str) -> Any:

@@ -378,3 +378,29 @@ async def test_a_compressed_body_is_refused_before_a_byte_is_inflated(hostile, b
             assert response.num_bytes_downloaded == 0  # refused on its header: nothing was read, nothing inflated
         assert await own_answer(http, f"{base}/globex") == "own:/globex"
     assert asked == [b"identity"]
+
+
+def test_on_uvloop_too_a_call_gets_its_own_answer_and_late_bytes_close_the_connection():
+    """``gateway serve`` runs on uvloop, whose transports and sockets are its own types."""
+    import uvloop
+
+    async def scenario() -> tuple[list[str], int]:
+        async def late_second_answer(number: int, path: bytes, reader, writer) -> bool:
+            if path != b"/acme":
+                return False
+            writer.write(answer(b"own:" + path) + answer(b"stale:" + path))
+            await writer.drain()
+            return True
+
+        server = HostileServer(late_second_answer)
+        base = await server.start()
+        try:
+            async with client() as http:
+                texts = [await own_answer(http, f"{base}{path}") for path in ("/acme", "/globex", "/again")]
+        finally:
+            await server.stop()
+        return texts, server.accepted
+
+    texts, accepted = uvloop.run(scenario())
+    assert texts == ["own:/acme", "own:/globex", "own:/again"]
+    assert accepted == 2
