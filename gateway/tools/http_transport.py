@@ -109,8 +109,13 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         if self._buffer or self._eof or self._transport is None or self._transport.is_closing():
             return True
         sock = self._transport.get_extra_info("socket")
-        # Bytes the kernel holds that the event loop has not delivered yet.
-        return sock is not None and bool(select.select([sock], [], [], 0)[0])
+        if sock is None:
+            return False
+        # Bytes the kernel holds that the event loop has not delivered yet (poll, not select:
+        # a busy process has descriptors past select's limit).
+        poll = select.poll()
+        poll.register(sock.fileno(), select.POLLIN)
+        return bool(poll.poll(0))
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         while not self._buffer and not self._eof:
