@@ -378,12 +378,13 @@ class _ReleasingStream:
             await self._pool.release(self._connection, self._key)
 
 
-def service_transport(*, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+def service_transport(*, limits: httpx.Limits, ssl_context: ssl.SSLContext | None = None) -> httpx.AsyncHTTPTransport:
     """httpx's transport with the constant-time pool and the asyncio backend in place of
-    httpcore's defaults; requests and responses are still httpx's."""
+    httpcore's defaults; requests and responses are still httpx's. ``ssl_context`` defaults
+    to httpx's (the system's certificate authorities)."""
     transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
     transport._pool = ServicePool(  # type: ignore[assignment]  # noqa: SLF001 -- the one place httpx builds its pool
-        ssl_context=httpx.create_ssl_context(),
+        ssl_context=ssl_context or httpx.create_ssl_context(),
         max_connections=limits.max_connections or 100,
         max_keepalive_connections=limits.max_keepalive_connections or 0,
         keepalive_expiry=limits.keepalive_expiry,

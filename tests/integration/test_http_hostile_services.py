@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from gateway.tools.http_transport import PARTITION, EncodedBody, read_capped, service_transport
+from tests.support.tls import client_context, server_context
 
 Misbehave = Callable[[int, bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
 """Called with the request's number on its connection (1, 2, ...), its path, and the streams;
@@ -39,9 +41,10 @@ class HostileServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+    async def start(self, tls: ssl.SSLContext | None = None) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
+        scheme = "https" if tls else "http"
+        return f"{scheme}://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -97,9 +100,9 @@ async def hostile() -> AsyncIterator[Callable[[Misbehave | None], Awaitable[tupl
         await server.stop()
 
 
-def client() -> httpx.AsyncClient:
+def client(tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=10, max_keepalive_connections=10)
-    return httpx.AsyncClient(transport=service_transport(limits=limits), timeout=5)
+    return httpx.AsyncClient(transport=service_transport(limits=limits, ssl_context=tls), timeout=5)
 
 
 async def own_answer(http: httpx.AsyncClient, url: str, **kwargs: object) -> str:
@@ -404,3 +407,24 @@ def test_on_uvloop_too_a_call_gets_its_own_answer_and_late_bytes_close_the_conne
     texts, accepted = uvloop.run(scenario())
     assert texts == ["own:/acme", "own:/globex", "own:/again"]
     assert accepted == 2
+
+
+async def test_over_tls_a_clean_connection_is_reused_and_one_with_late_bytes_is_not():
+    async def extra_after_acme(number: int, path: bytes, reader, writer) -> bool:
+        if path != b"/acme":
+            return False
+        writer.write(answer(b"own:" + path) + answer(b"stale:" + path))
+        await writer.drain()
+        return True
+
+    server = HostileServer(extra_after_acme)
+    base = await server.start(server_context())
+    try:
+        async with client(client_context()) as http:
+            assert await own_answer(http, f"{base}/first") == "own:/first"
+            assert await own_answer(http, f"{base}/acme") == "own:/acme"
+            assert server.accepted == 1  # the clean connection was reused
+            assert await own_answer(http, f"{base}/globex") == "own:/globex"
+    finally:
+        await server.stop()
+    assert server.accepted == 2
