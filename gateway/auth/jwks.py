@@ -2,6 +2,8 @@
 
 An unknown ``kid`` triggers a refresh (a key rotation), but at most once every
 ``MIN_REFRESH_INTERVAL_S`` so that tokens with made-up key ids cannot hammer the provider.
+A fetch asks for an uncompressed body, reads at most ``MAX_JWKS_BYTES`` of it and ends
+within the timeout, however slowly the provider sends; a failed fetch keeps the old keys.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import time
 
 import httpx
 import jwt
+import msgspec
 import structlog
+
+from gateway.tools.http_transport import IDENTITY, EncodedBody, read_capped
 
 log = structlog.get_logger(__name__)
 
 MIN_REFRESH_INTERVAL_S = 10.0
+MAX_JWKS_BYTES = 512 * 1024
 
 
 class JwksKeyNotFound(Exception):
@@ -36,6 +42,7 @@ class JwksCache:
         self._client = client
         self._cache_s = cache_s
         self._min_refresh_interval_s = min_refresh_interval_s
+        self._timeout_s = timeout_s
         self._timeout = httpx.Timeout(timeout_s)
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at = 0.0
@@ -60,10 +67,8 @@ class JwksCache:
 
     async def _refresh(self) -> None:
         try:
-            response = await self._client.get(self._url, timeout=self._timeout)
-            response.raise_for_status()
-            keyset = jwt.PyJWKSet.from_dict(response.json())
-        except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
+            keyset = jwt.PyJWKSet.from_dict(await self._fetch())
+        except (httpx.HTTPError, EncodedBody, TimeoutError, ValueError, jwt.PyJWTError) as exc:
             # Keep serving the keys we have; the next unknown kid tries again after the interval.
             log.warning("jwks_refresh_failed", error_type=type(exc).__name__)
             self._fetched_at = time.monotonic() - self._cache_s + self._min_refresh_interval_s
@@ -71,3 +76,15 @@ class JwksCache:
         self._keys = {key.key_id: key for key in keyset.keys if key.key_id}
         self._fetched_at = time.monotonic()
         log.info("jwks_refreshed", keys=len(self._keys))
+
+    async def _fetch(self) -> dict[str, object]:
+        async with asyncio.timeout(self._timeout_s):  # the whole fetch, not each read
+            async with self._client.stream("GET", self._url, headers=IDENTITY, timeout=self._timeout) as response:
+                response.raise_for_status()
+                body, complete = await read_capped(response, MAX_JWKS_BYTES)
+        if not complete:
+            raise ValueError("the JWKS is larger than MAX_JWKS_BYTES")
+        document = msgspec.json.decode(body)
+        if not isinstance(document, dict):
+            raise ValueError("the JWKS is not a JSON object")
+        return document

@@ -4,7 +4,8 @@ Refused connections, timeouts, 5xx and 429 are retried (``GATEWAY_LLM_RETRIES`` 
 backoff doubling from ``GATEWAY_LLM_RETRY_BACKOFF_S``; a 429's ``Retry-After`` wins) as
 long as the run's deadline leaves time for it; then the caller gets ``UPSTREAM_UNAVAILABLE``
 or ``UPSTREAM_TIMEOUT``. A 4xx other than 429 is not retried (``UPSTREAM_REJECTED``), and a
-body that is not JSON, or larger than the limit, is ``UPSTREAM_BAD_RESPONSE``.
+body that is not JSON, larger than the limit, or compressed (identity is asked for; a
+compressed body is refused, never inflated) is ``UPSTREAM_BAD_RESPONSE``.
 
 The run's own deadline is an ``asyncio`` timeout around the whole loop: reaching it cancels
 the request in flight, whatever attempt it is; a retry whose backoff would end past it is
@@ -25,6 +26,7 @@ import structlog
 
 from gateway.errors import ErrorCode
 from gateway.llm.base import UpstreamError
+from gateway.tools.http_transport import IDENTITY, EncodedBody, read_capped
 
 log = structlog.get_logger("gateway.llm")
 
@@ -65,7 +67,7 @@ class UpstreamTransport:
     ) -> bytes:
         """POST ``payload`` as JSON and return the 200 answer's body, retrying what may pass."""
         body = msgspec.json.encode(payload)
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json", **IDENTITY}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         attempt = 0
@@ -110,17 +112,17 @@ class UpstreamTransport:
                 if status != 200:
                     log.warning("model_request_refused", status=status, url=_safe_url(url))
                     raise UpstreamError(ErrorCode.UPSTREAM_REJECTED)
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > self._max_response_bytes:
-                        log.warning("model_response_too_large", limit=self._max_response_bytes)
-                        raise UpstreamError(
-                            ErrorCode.UPSTREAM_BAD_RESPONSE, "The model provider's answer is too large."
-                        )
-                    chunks.append(chunk)
-                return b"".join(chunks)
+                try:
+                    answer, complete = await read_capped(response, self._max_response_bytes)
+                except EncodedBody as exc:
+                    log.warning("model_response_encoded", content_encoding=exc.encoding)
+                    raise UpstreamError(
+                        ErrorCode.UPSTREAM_BAD_RESPONSE, "The model provider's answer came compressed."
+                    ) from None
+                if not complete:
+                    log.warning("model_response_too_large", limit=self._max_response_bytes)
+                    raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE, "The model provider's answer is too large.")
+                return answer
         except httpx.TimeoutException:
             raise _Retry("timeout") from None
         except httpx.TransportError as exc:

@@ -7,7 +7,10 @@ Each call:
   ``sub``, ``tenant_id``, ``roles``, ``run_id``, ``tool_call_id``), ``X-Request-ID``, and an
   ``Idempotency-Key`` when it changes data (derived from the approval when there is one);
 - goes through the process's one pooled ``httpx.AsyncClient`` (no redirects followed);
-- reads the response body up to the tool's result limit and no further;
+- reads the response body as sent, up to the tool's result limit and no further (it asks
+  for ``identity``; a compressed body is refused, never inflated);
+- shares a kept-alive connection only with the same user's calls, and only when nothing is
+  left over from the last exchange (``http_transport.py``);
 - maps the status to a stable code. From an error body only the service's declared safe
   field reaches the model, cut to a length; the rest is logged.
 
@@ -21,7 +24,7 @@ Each call:
 | 429 | ``RATE_LIMITED`` (retryable) |
 | 5xx, connection errors | ``TOOL_EXECUTION_FAILED`` (retryable, details logged under ``error_id``) |
 | no answer in time | ``TOOL_TIMEOUT`` (retryable) |
-| anything else (3xx, other 4xx) | ``TOOL_EXECUTION_FAILED`` (not retryable, logged) |
+| anything else (3xx, other 4xx, a compressed body) | ``TOOL_EXECUTION_FAILED`` (not retryable, logged) |
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from gateway.errors import ERRORS, ErrorCode, ToolError, new_error_id
 from gateway.observability.timing import elapsed_ms
 from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContext, sha256_hex
 from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
+from gateway.tools.http_transport import IDENTITY, PARTITION, EncodedBody, read_capped
 from gateway.tools.json_arguments import JsonSchemaArguments
 
 log = structlog.get_logger("gateway.tools.http")
@@ -152,10 +156,12 @@ class HttpToolHandler:
             timeout_s, connect=min(self._connect_timeout_s, timeout_s)
         )
         max_result_bytes = ctx.max_result_bytes or self._max_result_bytes
+        # Only the same user's calls share a connection: see http_transport.
+        partition = {PARTITION: (ctx.principal.tenant_id, ctx.principal.user_id)}
         started = time.perf_counter()
         try:
             async with self._calls.client.stream(
-                self._request.method, url, content=body, headers=headers, timeout=timeout
+                self._request.method, url, content=body, headers=headers, timeout=timeout, extensions=partition
             ) as response:
                 status = response.status_code
                 success = 200 <= status < 300
@@ -174,6 +180,12 @@ class HttpToolHandler:
             raise ToolError(
                 ErrorCode.TOOL_EXECUTION_FAILED, "The service could not be reached.", error_id=error_id
             ) from None
+        except EncodedBody as exc:
+            error_id = new_error_id()
+            log.warning("service_call_failed", **self._log_fields, status=status, error_id=error_id,
+                        problem="encoded_body", content_encoding=exc.encoding, duration_ms=elapsed_ms(started))
+            raise ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service answered in a way this tool does not expect.",
+                            retryable=False, error_id=error_id) from None
         if success:
             log.debug("service_call_finished", **self._log_fields, status=status, duration_ms=elapsed_ms(started))
             return self._result(data, complete, response_headers)
@@ -189,8 +201,8 @@ class HttpToolHandler:
         headers = {
             "authorization": f"Bearer {token}",
             "accept": "application/json",
-            # Compressed bodies could expand past the size limit inside one read.
-            "accept-encoding": "identity",
+            # A compressed body could expand past the size limit inside one read: read_capped refuses it.
+            **IDENTITY,
             "user-agent": "gateway",
         }
         if ctx.request_id:
@@ -232,19 +244,6 @@ class HttpToolHandler:
                              error_id=error_id)
         return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service answered in a way this tool does not expect.",
                          retryable=False, error_id=error_id)
-
-
-async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """The body up to ``limit`` bytes, and whether that was all of it. Reading stops at the
-    first chunk past the limit; a stream left unread is closed, not drained."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
 
 
 def call_idempotency_key(ctx: ToolContext) -> str:

@@ -1,91 +1,196 @@
-"""The HTTP transport the gateway's pooled client uses to reach business services.
+"""The HTTP transport of the gateway's pooled client (HTTP tools, model providers, JWKS).
 
 httpx's default transport spends most of an HTTP tool call's CPU in its connection pool
 under concurrency (measured: 3.6 ms a request at 32 concurrent calls, against ~0.3 ms
-here). Two causes in httpcore 1.0.x, both fixed here without leaving httpx:
+here): httpcore 1.0.x's ``AsyncConnectionPool`` re-examines every connection of the pool
+(and counts them once per connection: quadratic) each time a request starts or ends.
+``ServicePool`` keeps idle connections per origin and partition and takes or returns one
+in constant time.
 
-- ``AsyncConnectionPool`` re-examines every connection of the pool (and counts them once
-  per connection: quadratic) each time a request starts or ends. ``ServicePool`` keeps
-  idle connections per origin and takes or returns one in constant time.
-- asking an idle connection whether the server closed it goes through anyio's typed
-  attributes and a ``select`` system call, per idle connection, per pool change.
-  ``AsyncioBackend`` streams on asyncio directly: the event loop has already read a
-  server's FIN, so the answer is the reader's end-of-file flag.
+A pooled connection is reused only when its last exchange is complete and nothing is left
+over: h11 keeps bytes that followed a response in its buffer and httpcore reuses the
+connection anyway (extra bytes in the response's packet, or a body longer than its
+Content-Length, become the next request's response), and bytes a service writes after its
+response land in the connection's buffer while it is idle. ``AsyncioStream`` owns that
+buffer, so ``ServiceConnection.reusable`` can look at h11's, the stream's and the kernel's.
+No check can tell bytes that arrive after the next request was sent from its response, so
+calls of different partitions (HTTP tools: tenant and user) never share a connection.
 
-HTTP/1.1 itself is still httpcore's (``AsyncHTTP11Connection``, h11); business services are
-reached over HTTP/1.1 only.
+Bodies are read raw and capped by ``read_capped``: every request asks for identity, and
+a body that comes compressed anyway is refused, never inflated (a few KB of gzip can
+expand to gigabytes inside one decoder call).
+
+HTTP/1.1 itself is httpcore's (h11); business services are reached over HTTP/1.1 only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 import httpcore
 import httpx
 
 
-class AsyncioStream(httpcore.AsyncNetworkStream):
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+READ_BUFFER_LIMIT = 256 * 1024
+"""Bytes a connection holds unread before it stops reading from its socket."""
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+
+class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
+    """One connection to a service, its received bytes in a buffer of its own.
+
+    Owning the buffer lets the pool ask the one question that decides reuse: did anything
+    arrive that no response has claimed? Bytes already received are handed out before a
+    reset is reported, so a response that arrived whole still reaches its call.
+    """
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._eof = False
+        self._error: BaseException | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.answered_early = False
+        """Bytes had arrived when part of a request was still to be written: the server may
+        not have read all of it, so what it reads next on this connection is unknown."""
+
+    # asyncio's side
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport instances, only alike.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > READ_BUFFER_LIMIT and not self._reading_paused and self._transport is not None:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # HTTP/1.1 has no use for a half-closed connection: close it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._error = exc
+        self._writing_paused = False
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
             async with asyncio.timeout(timeout):
-                return await self._reader.read(max_bytes)
-        except TimeoutError:
-            raise httpcore.ReadTimeout() from None
-        except OSError as exc:
-            raise httpcore.ReadError(type(exc).__name__) from None
+                await self._waiter
+        finally:
+            self._waiter = None
+
+    # httpcore's side
+
+    def unclaimed(self) -> bool:
+        """Whether anything arrived, or the connection ended, outside of any response."""
+        if self._buffer or self._eof or self._transport is None or self._transport.is_closing():
+            return True
+        sock = self._transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        # Bytes the kernel holds that the event loop has not delivered yet (poll, not select:
+        # a busy process has descriptors past select's limit).
+        poll = select.poll()
+        poll.register(sock.fileno(), select.POLLIN)
+        return bool(poll.poll(0))
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        while not self._buffer and not self._eof:
+            try:
+                await self._wait(timeout)
+            except TimeoutError:
+                raise httpcore.ReadTimeout() from None
+        if self._buffer:
+            data = bytes(self._buffer[:max_bytes])
+            del self._buffer[:max_bytes]
+            if self._reading_paused and len(self._buffer) <= READ_BUFFER_LIMIT // 4 and self._transport is not None:
+                self._reading_paused = False
+                self._transport.resume_reading()
+            return data
+        if self._error is not None:
+            raise httpcore.ReadError(type(self._error).__name__)
+        return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
-        try:
-            self._writer.write(buffer)
-            async with asyncio.timeout(timeout):
-                await self._writer.drain()
-        except TimeoutError:
-            raise httpcore.WriteTimeout() from None
-        except OSError as exc:
-            raise httpcore.WriteError(type(exc).__name__) from None
+        if self._buffer or self._eof:
+            self.answered_early = True
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        transport.write(buffer)
+        while self._writing_paused:
+            try:
+                await self._wait(timeout)
+            except TimeoutError:
+                raise httpcore.WriteTimeout() from None
+            if self._buffer:
+                self.answered_early = True  # while these bytes waited to be sent
+        if self._error is not None:
+            raise httpcore.WriteError(type(self._error).__name__)
 
     async def aclose(self) -> None:
-        self._writer.close()
-        try:
-            await self._writer.wait_closed()
-        except (OSError, ssl.SSLError):
-            pass
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.get_write_buffer_size():
+            transport.abort()  # a peer that stopped reading must not hold the socket open
+        else:
+            transport.close()
 
     async def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.AsyncNetworkStream:
+        assert self._transport is not None
         try:
             async with asyncio.timeout(timeout):
-                await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
+                transport = await asyncio.get_running_loop().start_tls(
+                    self._transport, self, ssl_context, server_hostname=server_hostname
+                )
         except TimeoutError:
             await self.aclose()
             raise httpcore.ConnectTimeout() from None
         except (OSError, ssl.SSLError) as exc:
             await self.aclose()
             raise httpcore.ConnectError(type(exc).__name__) from None
+        self._transport = cast(asyncio.Transport, transport)
         return self
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":
-            # An idle HTTP/1.1 connection with something to read was closed by the server.
-            return self._reader.at_eof() or self._writer.is_closing()
-        if info == "ssl_object":
-            return self._writer.get_extra_info("ssl_object")
+            return self.unclaimed()
+        if self._transport is None:
+            return None
+        if info in ("ssl_object", "socket"):
+            return self._transport.get_extra_info(info)
         if info == "client_addr":
-            return self._writer.get_extra_info("sockname")
+            return self._transport.get_extra_info("sockname")
         if info == "server_addr":
-            return self._writer.get_extra_info("peername")
-        if info == "socket":
-            return self._writer.get_extra_info("socket")
+            return self._transport.get_extra_info("peername")
         return None
 
 
@@ -100,19 +205,19 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, local_addr=(local_address, 0) if local_address else None
+                transport, stream = await asyncio.get_running_loop().create_connection(
+                    AsyncioStream, host, port, local_addr=(local_address, 0) if local_address else None
                 )
         except TimeoutError:
             raise httpcore.ConnectTimeout() from None
         except OSError as exc:
             raise httpcore.ConnectError(type(exc).__name__) from None
-        sock = writer.get_extra_info("socket")
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for option in socket_options or ():
                 sock.setsockopt(*option)
-        return AsyncioStream(reader, writer)
+        return stream
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Any = None
@@ -123,14 +228,36 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-class ServicePool:
-    """Keep-alive HTTP/1.1 connections per origin, reused most-recent first.
+PARTITION = "gateway.connection_partition"
+"""Request extension naming whose calls may share a connection (HTTP tools: the caller's
+tenant and user). Calls of different partitions never share one."""
 
-    A request takes an idle connection of its origin (skipping any the server closed or
-    whose keep-alive expired) or opens one, under ``max_connections`` for the whole pool;
-    when its response is closed, a reusable connection goes back to its origin's idle list
-    (at most ``max_keepalive_connections`` idle in all), any other is closed. Every step is
-    constant time, whatever the number of connections.
+
+class ServiceConnection(httpcore.AsyncHTTP11Connection):
+    """httpcore's HTTP/1.1 connection, and the check that decides whether it may be reused."""
+
+    def __init__(self, *, origin: httpcore.Origin, stream: AsyncioStream, keepalive_expiry: float | None) -> None:
+        super().__init__(origin=origin, stream=stream, keepalive_expiry=keepalive_expiry)
+        self._stream = stream
+
+    def reusable(self) -> bool:
+        """The last exchange is complete (request sent before any answer arrived, response read
+        to its end) and no byte is left over: not in h11's buffer, not in the stream's, not in
+        the kernel's. Anything else could become the next call's response."""
+        if not self.is_idle() or self._stream.answered_early:
+            return False
+        leftover, closed = self._h11_state.trailing_data
+        return not leftover and not closed and not self._stream.unclaimed()
+
+
+class ServicePool:
+    """Keep-alive HTTP/1.1 connections per origin and partition, reused most-recent first.
+
+    A request takes an idle connection of its origin and partition (skipping any that is not
+    clean or whose keep-alive expired) or opens one, under ``max_connections`` for the whole
+    pool; when its response is closed, a clean connection goes back to its idle list (at most
+    ``max_keepalive_connections`` idle in all), any other is closed. Every step is constant
+    time, whatever the number of connections.
     """
 
     def __init__(
@@ -148,7 +275,7 @@ class ServicePool:
         self._slots = asyncio.Semaphore(max_connections)
         self._keepalive_expiry = keepalive_expiry
         self._backend = network_backend
-        self._idle: dict[tuple[bytes, bytes, int], list[httpcore.AsyncHTTP11Connection]] = {}
+        self._idle: dict[_Key, list[ServiceConnection]] = {}
         self._idle_count = 0
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
@@ -158,9 +285,10 @@ class ServicePool:
                 await self._slots.acquire()
         except TimeoutError:
             raise httpcore.PoolTimeout() from None
-        connection: httpcore.AsyncHTTP11Connection | None = None
+        key = _key(request)
+        connection: ServiceConnection | None = None
         try:
-            connection = self._take_idle(request.url.origin) or await self._connect(request, timeouts)
+            connection = await self._take_idle(key) or await self._connect(request, timeouts)
             response = await connection.handle_async_request(request)
         except BaseException:
             self._slots.release()
@@ -170,21 +298,21 @@ class ServicePool:
         return httpcore.Response(
             status=response.status,
             headers=response.headers,
-            content=_ReleasingStream(response.stream, self, connection),
+            content=_ReleasingStream(response.stream, self, connection, key),
             extensions=response.extensions,
         )
 
-    def _take_idle(self, origin: httpcore.Origin) -> httpcore.AsyncHTTP11Connection | None:
-        idle = self._idle.get(_key(origin))
+    async def _take_idle(self, key: _Key) -> ServiceConnection | None:
+        idle = self._idle.get(key)
         while idle:
             connection = idle.pop()
             self._idle_count -= 1
-            if connection.is_available() and not connection.has_expired():
+            if connection.reusable() and not connection.has_expired():
                 return connection
-            asyncio.get_running_loop().create_task(connection.aclose())
+            await connection.aclose()
         return None
 
-    async def _connect(self, request: httpcore.Request, timeouts: dict[str, Any]) -> httpcore.AsyncHTTP11Connection:
+    async def _connect(self, request: httpcore.Request, timeouts: dict[str, Any]) -> ServiceConnection:
         origin = request.url.origin
         stream = await self._backend.connect_tcp(
             origin.host.decode("ascii"), origin.port, timeout=timeouts.get("connect")
@@ -193,12 +321,13 @@ class ServicePool:
             stream = await stream.start_tls(
                 self._ssl_context, server_hostname=origin.host.decode("ascii"), timeout=timeouts.get("connect")
             )
-        return httpcore.AsyncHTTP11Connection(origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry)
+        assert isinstance(stream, AsyncioStream)
+        return ServiceConnection(origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry)
 
-    async def release(self, connection: httpcore.AsyncHTTP11Connection) -> None:
+    async def release(self, connection: ServiceConnection, key: _Key) -> None:
         self._slots.release()
-        if connection.is_idle() and self._idle_count < self.max_keepalive_connections:
-            self._idle.setdefault(_key(connection._origin), []).append(connection)  # noqa: SLF001
+        if connection.reusable() and self._idle_count < self.max_keepalive_connections:
+            self._idle.setdefault(key, []).append(connection)
             self._idle_count += 1
         else:
             await connection.aclose()
@@ -216,17 +345,22 @@ class ServicePool:
         await self.aclose()
 
 
-def _key(origin: httpcore.Origin) -> tuple[bytes, bytes, int]:
-    return (origin.scheme, origin.host, origin.port)
+_Key = tuple[bytes, bytes, int, Any]
+
+
+def _key(request: httpcore.Request) -> _Key:
+    origin = request.url.origin
+    return (origin.scheme, origin.host, origin.port, request.extensions.get(PARTITION))
 
 
 class _ReleasingStream:
     """A response body that hands its connection back to the pool once it is closed."""
 
-    def __init__(self, stream: Any, pool: ServicePool, connection: httpcore.AsyncHTTP11Connection) -> None:
+    def __init__(self, stream: Any, pool: ServicePool, connection: ServiceConnection, key: _Key) -> None:
         self._stream = stream
         self._pool = pool
         self._connection = connection
+        self._key = key
         self._released = False
 
     async def __aiter__(self) -> Any:
@@ -241,18 +375,50 @@ class _ReleasingStream:
             if hasattr(self._stream, "aclose"):
                 await self._stream.aclose()
         finally:
-            await self._pool.release(self._connection)
+            await self._pool.release(self._connection, self._key)
 
 
-def service_transport(*, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+def service_transport(*, limits: httpx.Limits, ssl_context: ssl.SSLContext | None = None) -> httpx.AsyncHTTPTransport:
     """httpx's transport with the constant-time pool and the asyncio backend in place of
-    httpcore's defaults; requests and responses are still httpx's."""
+    httpcore's defaults; requests and responses are still httpx's. ``ssl_context`` defaults
+    to httpx's (the system's certificate authorities)."""
     transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
     transport._pool = ServicePool(  # type: ignore[assignment]  # noqa: SLF001 -- the one place httpx builds its pool
-        ssl_context=httpx.create_ssl_context(),
+        ssl_context=ssl_context or httpx.create_ssl_context(),
         max_connections=limits.max_connections or 100,
         max_keepalive_connections=limits.max_keepalive_connections or 0,
         keepalive_expiry=limits.keepalive_expiry,
         network_backend=AsyncioBackend(),
     )
     return transport
+
+
+IDENTITY = {"accept-encoding": "identity"}
+"""Headers that ask for an uncompressed body; ``read_capped`` refuses any other."""
+
+
+class EncodedBody(Exception):
+    """The response came compressed (or otherwise encoded) although identity was asked for."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding[:40]
+        super().__init__(self.encoding)
+
+
+async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """The body as sent, up to ``limit`` bytes, and whether that was all of it.
+
+    Raises ``EncodedBody`` for a ``Content-Encoding`` other than identity, before reading.
+    Reading stops at the first chunk past the limit (a chunk is at most one socket read);
+    a stream left unread is closed, not drained, and its connection is not reused."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise EncodedBody(encoding)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_raw():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks)[:limit], False
+    return b"".join(chunks), True
