@@ -144,13 +144,14 @@ class AgentLoop:
             if run.steps >= run.limits.max_steps:
                 return self._stopped(run, ErrorCode.MAX_STEPS_EXCEEDED)
             dropped_before = run.messages_dropped
-            prompt, run.cut = trim(run.history, cut=run.cut, budget=budget, tools_chars=tools_chars)
+            trimmed = trim(run.history, cut=run.cut, budget=budget, tools_chars=tools_chars)
+            prompt, run.cut = trimmed.prompt, trimmed.cut
             if run.messages_dropped > dropped_before:
                 log.info("history_trimmed", run=run.run_id, dropped=run.messages_dropped - dropped_before,
                          messages_dropped=run.messages_dropped)
             round_no = run.steps + 1
             await emit({"type": "round", "round": round_no, "messages_dropped": run.messages_dropped})
-            prompt_chars = len(msgspec.json.encode(prompt)) + tools_chars
+            prompt_chars = trimmed.prompt_chars + tools_chars
             started = time.perf_counter()
             result = await run.model.chat(prompt, run.tools, options=run.options, deadline=deadline)
             run.steps = round_no

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from gateway.agent.history import dropped_count, tool_content, validate_conversation
+from gateway.agent.history import cut_for, tool_content, validate_conversation
 from gateway.agent.loop import (
     AgentLoop,
     Emit,
@@ -222,7 +222,7 @@ class AgentService:
             tools=self._tools_for(principal, client_tools),
             client_tool_names=frozenset(t["function"]["name"] for t in client_tools),
             history=history,
-            cut=_cut_for(history, row.messages_dropped),
+            cut=cut_for(history, row.messages_dropped),
             steps=row.steps,
             usage=Usage(prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens),
             persisted=len(history),
@@ -293,16 +293,6 @@ class AgentService:
 def _lower(requested: Any, default: Any) -> Any:
     """A request may lower a limit, never raise it."""
     return default if requested is None else min(requested, default)
-
-
-def _cut_for(history: list[Message], dropped: int) -> int:
-    """Where the history was cut when ``dropped`` messages had been dropped."""
-    if dropped <= 0:
-        return 0
-    for index, message in enumerate(history):
-        if message.get("role") == "user" and dropped_count(history, index) >= dropped:
-            return index
-    return 0
 
 
 def _waiting_calls(history: list[Message]) -> list[tuple[int, dict[str, Any]]]:
