@@ -88,6 +88,13 @@ class AgentService:
     # -- starting -----------------------------------------------------------------------------
 
     async def start(self, principal: Principal, request: ChatRequest) -> LoopRun:
+        most = self._settings.chat_max_messages
+        if len(request.messages) > most:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"A conversation may hold at most {most} messages (GATEWAY_CHAT_MAX_MESSAGES); "
+                f"this one has {len(request.messages)}.",
+            )
         tenant = await self._directory.get(principal.tenant_id)
         if tenant is None:
             raise GatewayError(ErrorCode.UNAUTHENTICATED)
