@@ -83,6 +83,8 @@ def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
 def plan_call(
     registry: ToolRegistry, principal: Principal, request: ToolCallRequest, timer: StageTimer = UNTIMED
 ) -> CallPlan:
+    if request.rejected is not None:  # broke the protocol (a model's call): answered, audited, never run
+        return _reject(request, None, *request.rejected)
     tool = check_tool_exists(registry, request)
     allowed = tool is not None and check_permission(principal, tool)
     timer.lap(POLICY)
