@@ -31,7 +31,7 @@ from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
 from gateway.db import agent_runs as q
 from gateway.db.engine import Database
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, new_error_id
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.runs import RequestedLimits, RunService
@@ -78,7 +78,11 @@ class AgentService:
         self._providers = providers
         self._directory = directory
         self.loop = AgentLoop(
-            executor=executor, registry=registry, history_share=settings.llm_history_share, save=self._save
+            executor=executor,
+            registry=registry,
+            history_share=settings.llm_history_share,
+            max_batch_size=settings.max_batch_size,
+            save=self._save,
         )
 
     @property
@@ -175,7 +179,9 @@ class AgentService:
         except Exception:
             await self._finish(run, "failed", ErrorCode.INTERNAL_ERROR.value)
             raise
-        await self._finish(run, outcome.state, outcome.stop_code.value if outcome.stop_code else None)
+        failure = await self._finish(run, outcome.state, outcome.stop_code.value if outcome.stop_code else None)
+        if failure is not None:
+            raise failure  # a failed write is an error, never a 2xx
         log.info("agent_run_finished", run=run.run_id, state=outcome.state, finish_reason=outcome.finish_reason,
                  steps=run.steps, prompt_tokens=run.usage.prompt_tokens,
                  completion_tokens=run.usage.completion_tokens, messages_dropped=run.messages_dropped)
@@ -257,7 +263,9 @@ class AgentService:
                 run.trace.append(entry)
         log.info("agent_run_resumed", run=row.id, answered=len(waiting) - len(still), still_pending=len(still))
         if still:
-            await self._finish(run, "awaiting_approval", ErrorCode.APPROVAL_REQUIRED.value)
+            failure = await self._finish(run, "awaiting_approval", ErrorCode.APPROVAL_REQUIRED.value)
+            if failure is not None:
+                raise failure
             return run, LoopOutcome(state="awaiting_approval", finish_reason="stop",
                                     content=approval_text(row.id, still), stop_code=ErrorCode.APPROVAL_REQUIRED,
                                     pending=still)
@@ -268,8 +276,31 @@ class AgentService:
     async def _save(self, run: LoopRun) -> None:
         await self._store(run, {})
 
-    async def _finish(self, run: LoopRun, state: str, stop_reason: str | None) -> None:
-        await self._store(run, {"loop_state": state, "stop_reason": stop_reason})
+    async def _finish(self, run: LoopRun, state: str, stop_reason: str | None) -> Exception | None:
+        """Store the run's end state with its last messages; returns the failure when that write failed.
+
+        A run is never left ``running``: when the write fails (whatever made it fail would fail
+        it again), the run is marked ``failed`` (``INTERNAL_ERROR``) without those messages.
+        Not cut in half by a cancellation.
+        """
+        return await asyncio.shield(self._finish_now(run, state, stop_reason))
+
+    async def _finish_now(self, run: LoopRun, state: str, stop_reason: str | None) -> Exception | None:
+        try:
+            await self._store_now(run, {"loop_state": state, "stop_reason": stop_reason})
+            return None
+        except Exception as exc:
+            failure = exc
+            log.exception("agent_run_end_state_not_stored", run=run.run_id, state=state, error_id=new_error_id())
+        try:
+            async with self._db.begin() as conn:
+                await q.update_loop(conn, tenant_id=run.principal.tenant_id, run_id=run.run_id, loop_state="failed",
+                                    stop_reason=ErrorCode.INTERNAL_ERROR.value, steps=run.steps,
+                                    prompt_tokens=run.usage.prompt_tokens,
+                                    completion_tokens=run.usage.completion_tokens, updated_at=datetime.now(UTC))
+        except Exception:
+            log.exception("agent_run_failed_state_not_stored", run=run.run_id, error_id=new_error_id())
+        return failure
 
     async def _store(self, run: LoopRun, values: dict[str, Any]) -> None:
         """Store the new messages and the counters. A save is never cut in half by a cancellation

@@ -8,6 +8,7 @@ import itertools
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.agent.conftest import decoded, tool_messages
 from tests.support import db
@@ -135,3 +136,17 @@ async def test_a_hostile_tool_name_fails_no_other_tenants_request_and_its_run_en
         assert run["state"] == "completed"
     assert await gateway.sql("SELECT id FROM runs WHERE loop_state = 'running'") == []
 
+
+async def test_a_run_whose_end_state_cannot_be_written_is_marked_failed_not_left_running(gateway, model):
+    # The database refuses the last message of this run, whatever the gateway does with its text.
+    await db.execute(gateway.database_url, sa.text(
+        """CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN IF NEW.message->>'content' = 'poison' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$"""
+    ))
+    await db.execute(gateway.database_url, sa.text("CREATE TRIGGER refuse_poison BEFORE INSERT ON run_messages "
+                                                   "FOR EACH ROW EXECUTE FUNCTION refuse_poison()"))
+    model.script(openai_turn("poison"))
+    response = await gateway.chat("hello")
+    assert response.status_code == 500
+    states = await gateway.sql("SELECT loop_state, stop_reason FROM runs WHERE loop_state IS NOT NULL")
+    assert [tuple(s) for s in states] == [("failed", "INTERNAL_ERROR")]
