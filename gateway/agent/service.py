@@ -35,7 +35,7 @@ from gateway.errors import ErrorCode, GatewayError, new_error_id
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.runs import RequestedLimits, RunService
-from gateway.llm.base import Message, SamplingOptions, Usage
+from gateway.llm.base import ChatModel, Message, SamplingOptions, Usage
 from gateway.llm.providers import ModelProviders
 from gateway.settings import Settings
 from gateway.tools.registry import ToolRegistry
@@ -218,10 +218,7 @@ class AgentService:
     async def _replay_pending(
         self, principal: Principal, row: Any, *, request_id: str | None
     ) -> tuple[LoopRun, LoopOutcome | None]:
-        model = self._providers.get(row.provider)
-        if model is None:
-            raise GatewayError(ErrorCode.MODEL_NOT_CONFIGURED,
-                               "The model provider of this run is no longer configured.")
+        model = await self._resume_model(principal, row)
         history = await self._runs.history(principal, row.id)
         options = row.loop_options or {}
         client_tools = options.get("client_tools") or []
@@ -249,6 +246,10 @@ class AgentService:
         results = await self._executor.execute(principal, row.id, requests, request_id=request_id) if requests else []
         still: list[PendingApproval] = []
         async with self._db.begin() as conn:
+            if model.name != row.provider:
+                log.info("agent_run_provider_changed", run=row.id, provider=model.name, was=row.provider)
+                await q.update_loop(conn, tenant_id=principal.tenant_id, run_id=row.id, provider=model.name,
+                                    model=model.model, updated_at=datetime.now(UTC))
             for (seq, call), result in zip(waiting, results, strict=True):
                 content = tool_content(result.content)
                 entry = self.loop.trace_entry(run.steps, call, result.outcome, content)
@@ -270,6 +271,26 @@ class AgentService:
                                     content=approval_text(row.id, still), stop_code=ErrorCode.APPROVAL_REQUIRED,
                                     pending=still)
         return run, None
+
+    async def _resume_model(self, principal: Principal, row: Any) -> ChatModel:
+        """A resumed run follows the tenant's current pin (an operator may re-pin a tenant, for
+        data residency, while its runs wait for approvals); an unpinned tenant's run keeps the
+        provider it started with."""
+        tenant = await self._directory.get(principal.tenant_id)
+        if tenant is None:
+            raise GatewayError(ErrorCode.UNAUTHENTICATED)
+        if tenant.llm_provider is not None:
+            model = self._providers.get(tenant.llm_provider)
+            if model is None:
+                raise GatewayError(
+                    ErrorCode.MODEL_NOT_CONFIGURED,
+                    "The model provider this tenant is pinned to is not configured on this gateway.",
+                )
+            return model
+        model = self._providers.get(row.provider)
+        if model is None:
+            raise GatewayError(ErrorCode.MODEL_NOT_CONFIGURED, "The model provider of this run is no longer configured.")
+        return model
 
     # -- storing ------------------------------------------------------------------------------
 
