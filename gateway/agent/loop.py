@@ -3,9 +3,11 @@
 One round: trim the history to the context window; send it with the tools (sorted by
 name, so the prompt prefix stays stable); append the assistant message; if it has no
 ``tool_calls`` it is the answer (``finish_reason`` is only logged when it disagrees);
-otherwise run every call through the guarded executor (the same codes, budget, repeats,
-replays, approvals and audit as ``POST /v1/runs/{id}/tool-calls``) and append one
-``role=tool`` message per call, aligned by id.
+otherwise check each call by the protocol rules of a tool-call batch, then run every call
+through the guarded executor (the same codes, budget, repeats, replays, approvals and
+audit as ``POST /v1/runs/{id}/tool-calls``; a call that broke a rule is answered with its
+code there, audited and not run) and append one ``role=tool`` message per call, aligned
+by id.
 
 Limits, each reported with its own code: ``max_steps`` (model round trips:
 ``MAX_STEPS_EXCEEDED``), ``max_total_tokens`` (input + output from the provider's usage,
@@ -36,9 +38,9 @@ from gateway.agent.history import (
     trim,
 )
 from gateway.auth.principal import Principal
+from gateway.db.text import storable, storable_text
 from gateway.errors import ErrorCode
 from gateway.execution.executor import ToolExecutor
-from gateway.db.text import storable, storable_text
 from gateway.execution.protocol import (
     MAX_TOOL_NAME_LENGTH,
     FunctionCallIn,

@@ -5,7 +5,9 @@ lets them use it (``PERMISSION_DENIED``), the arguments decode strictly against 
 its timeout and result size, and its per-run cap (see ``gateway.execution.policy``).
 
 A call that fails one gets its outcome here; a call that passes becomes a ``CallPlan``
-that the ledger then counts against the run's budget and repeat limit.
+that the ledger then counts against the run's budget and repeat limit. A model's call that
+already broke the protocol (``ToolCallRequest.rejected``, the agent loop) gets that code
+here, so the ledger stores and audits it like any other refused call.
 """
 
 from __future__ import annotations
