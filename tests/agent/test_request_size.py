@@ -39,7 +39,7 @@ async def test_the_default_cap_is_a_thousand_messages(gateway, model):
 async def test_a_largest_conversation_is_trimmed_while_healthz_keeps_answering(gateway, model):
     """A thousand messages trimmed to a tiny window: the prompt the model gets is the last exchange,
     and a health check sent meanwhile is answered before the chat request finishes."""
-    model.script(openai_turn("done", delay_s=0.5))
+    model.script(openai_turn("done", delay_s=2.0))
     chat = asyncio.ensure_future(gateway.chat(one_word_messages(999) + [{"role": "user", "content": "last"}]))
     health = await gateway.http.get("/healthz")
     assert health.status_code == 200
