@@ -75,6 +75,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     run_max_steps: int = 8
     run_max_total_tokens: int = 100_000
     run_timeout_s: float = 120.0
+    chat_max_messages: int = 1000
 
     llm_kind: str = "openai"
     llm_base_url: str | None = None
@@ -163,7 +164,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return self.rate_limit_tenant_rps > 0 or self.rate_limit_user_rps > 0
 
     def _check_agent_loop(self) -> None:
-        for name in ("run_max_steps", "run_max_total_tokens", "llm_context_window", "llm_max_response_bytes"):
+        for name in ("run_max_steps", "run_max_total_tokens", "chat_max_messages", "llm_context_window",
+                     "llm_max_response_bytes"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
         for name in ("run_timeout_s", "llm_timeout_s"):
@@ -302,6 +304,7 @@ FIELD_DOCS: dict[str, str] = {
     "run_max_steps": "Agent loop: default (and highest) `max_steps`, the model round trips of one run.",
     "run_max_total_tokens": "Agent loop: default (and highest) `max_total_tokens`, input + output over one run.",
     "run_timeout_s": "Agent loop: default (and highest) wall-clock limit of one run (or resume), in seconds.",
+    "chat_max_messages": "Agent loop: most messages one chat request may carry (400 `INVALID_REQUEST` above).",
     "llm_kind": "Kind of the default model provider: `openai` (any OpenAI-compatible API) or `ollama` (native).",
     "llm_base_url": "Base URL of the default provider; for `openai` with the version path (`http://host:11434/v1`).",
     "llm_model": "Model name the default provider is asked for (required with `GATEWAY_LLM_BASE_URL`).",

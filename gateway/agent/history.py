@@ -46,6 +46,30 @@ def dropped_count(history: list[Message], cut: int) -> int:
     return sum(1 for m in history[:cut] if m.get("role") not in KEPT_ROLES)
 
 
+def cut_for(history: list[Message], dropped: int) -> int:
+    """Where the history was cut when ``dropped`` messages had been dropped (one pass)."""
+    if dropped <= 0:
+        return 0
+    count = 0
+    for index, message in enumerate(history):
+        if message.get("role") == "user" and count >= dropped:
+            return index
+        if message.get("role") not in KEPT_ROLES:
+            count += 1
+    return 0
+
+
+def encoded_sizes(messages: list[Message]) -> list[int]:
+    """Each message's JSON length, each message encoded once."""
+    encode = msgspec.json.encode
+    return [len(encode(m)) for m in messages]
+
+
+def list_chars(sizes_total: int, count: int) -> int:
+    """The JSON length of a list of ``count`` items whose own lengths sum to ``sizes_total``."""
+    return 2 + sizes_total + max(count - 1, 0)
+
+
 @dataclass(slots=True)
 class PromptBudget:
     """How many tokens a prompt may take, and how prompt length converts to tokens."""
@@ -53,8 +77,11 @@ class PromptBudget:
     max_tokens: int
     chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
 
+    def tokens(self, prompt_chars: int, tools_chars: int) -> int:
+        return int((prompt_chars + tools_chars) / self.chars_per_token) + 1
+
     def estimate(self, messages: list[Message], tools_chars: int) -> int:
-        return int((len(msgspec.json.encode(messages)) + tools_chars) / self.chars_per_token) + 1
+        return self.tokens(len(msgspec.json.encode(messages)), tools_chars)
 
     def calibrate(self, prompt_chars: int, prompt_tokens: int) -> None:
         """Learn the provider's chars per token from a prompt it counted."""
@@ -62,25 +89,47 @@ class PromptBudget:
             self.chars_per_token = min(8.0, max(1.0, prompt_chars / prompt_tokens))
 
 
-def trim(
-    history: list[Message], *, cut: int, budget: PromptBudget, tools_chars: int
-) -> tuple[list[Message], int]:
-    """Drop the oldest whole exchanges until the prompt fits; returns the prompt and the new cut.
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    prompt: list[Message]
+    cut: int
+    prompt_chars: int
+    """The prompt's JSON length (without the tools)."""
+
+
+def trim(history: list[Message], *, cut: int, budget: PromptBudget, tools_chars: int) -> Trimmed:
+    """Drop the oldest whole exchanges until the prompt fits; returns the prompt, the new cut and its size.
 
     ``cut`` only ever moves forward, to the start of a user message: what was dropped for
-    one round stays dropped for the next.
+    one round stays dropped for the next. Linear in the history: each message is encoded
+    once, and the size of the prompt for each candidate cut comes from running sums.
     """
-    prompt = prompt_from(history, cut)
-    if budget.estimate(prompt, tools_chars) <= budget.max_tokens:
-        return prompt, cut
-    starts = [i for i in range(cut + 1, len(history)) if history[i].get("role") == "user"]
-    # The last user message opens the current exchange: it is never dropped.
-    for start in starts:
-        cut = start
-        prompt = prompt_from(history, cut)
-        if budget.estimate(prompt, tools_chars) <= budget.max_tokens:
-            break
-    return prompt, cut
+    sizes = encoded_sizes(history)
+    # The prompt for a cut c: kept messages before c, then history[c:].
+    kept_before = kept_chars = 0
+    for index in range(cut):
+        if history[index].get("role") in KEPT_ROLES:
+            kept_before += 1
+            kept_chars += sizes[index]
+    tail_chars = sum(sizes[cut:])
+
+    prompt_chars = list_chars(kept_chars + tail_chars, kept_before + len(history) - cut)
+    if budget.tokens(prompt_chars, tools_chars) > budget.max_tokens:
+        # The last user message opens the current exchange: it is never dropped.
+        index = cut
+        while index < len(history) - 1:
+            if history[index].get("role") in KEPT_ROLES:
+                kept_before += 1
+                kept_chars += sizes[index]
+            tail_chars -= sizes[index]
+            index += 1
+            if history[index].get("role") != "user":
+                continue
+            cut = index
+            prompt_chars = list_chars(kept_chars + tail_chars, kept_before + len(history) - cut)
+            if budget.tokens(prompt_chars, tools_chars) <= budget.max_tokens:
+                break
+    return Trimmed(prompt=prompt_from(history, cut), cut=cut, prompt_chars=prompt_chars)
 
 
 def open_tool_calls(history: list[Message]) -> list[dict[str, Any]]:

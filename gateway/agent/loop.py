@@ -3,9 +3,11 @@
 One round: trim the history to the context window; send it with the tools (sorted by
 name, so the prompt prefix stays stable); append the assistant message; if it has no
 ``tool_calls`` it is the answer (``finish_reason`` is only logged when it disagrees);
-otherwise run every call through the guarded executor (the same codes, budget, repeats,
-replays, approvals and audit as ``POST /v1/runs/{id}/tool-calls``) and append one
-``role=tool`` message per call, aligned by id.
+otherwise check each call by the protocol rules of a tool-call batch, then run every call
+through the guarded executor (the same codes, budget, repeats, replays, approvals and
+audit as ``POST /v1/runs/{id}/tool-calls``; a call that broke a rule is answered with its
+code there, audited and not run) and append one ``role=tool`` message per call, aligned
+by id.
 
 Limits, each reported with its own code: ``max_steps`` (model round trips:
 ``MAX_STEPS_EXCEEDED``), ``max_total_tokens`` (input + output from the provider's usage,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,9 +38,18 @@ from gateway.agent.history import (
     trim,
 )
 from gateway.auth.principal import Principal
+from gateway.db.text import storable, storable_text
 from gateway.errors import ErrorCode
 from gateway.execution.executor import ToolExecutor
-from gateway.execution.protocol import MAX_TOOL_CALL_ID_LENGTH, ToolCallRequest
+from gateway.execution.protocol import (
+    MAX_TOOL_NAME_LENGTH,
+    FunctionCallIn,
+    ProtocolError,
+    ToolCallIn,
+    ToolCallRequest,
+    call_problem,
+    id_problem,
+)
 from gateway.llm.base import ChatModel, ChatResult, Message, SamplingOptions, Usage, new_tool_call_id
 from gateway.tools.base import REDACTED
 from gateway.tools.registry import ToolRegistry
@@ -116,9 +128,10 @@ async def _no_emit(event: dict[str, Any]) -> None:
 
 class AgentLoop:
     def __init__(
-        self, *, executor: ToolExecutor, registry: ToolRegistry, history_share: float, save: Save
+        self, *, executor: ToolExecutor, registry: ToolRegistry, history_share: float, max_batch_size: int, save: Save
     ) -> None:
         self._executor = executor
+        self._max_batch_size = max_batch_size
         self._registry = registry
         self._history_share = history_share
         self._save = save
@@ -144,19 +157,20 @@ class AgentLoop:
             if run.steps >= run.limits.max_steps:
                 return self._stopped(run, ErrorCode.MAX_STEPS_EXCEEDED)
             dropped_before = run.messages_dropped
-            prompt, run.cut = trim(run.history, cut=run.cut, budget=budget, tools_chars=tools_chars)
+            trimmed = trim(run.history, cut=run.cut, budget=budget, tools_chars=tools_chars)
+            prompt, run.cut = trimmed.prompt, trimmed.cut
             if run.messages_dropped > dropped_before:
                 log.info("history_trimmed", run=run.run_id, dropped=run.messages_dropped - dropped_before,
                          messages_dropped=run.messages_dropped)
             round_no = run.steps + 1
             await emit({"type": "round", "round": round_no, "messages_dropped": run.messages_dropped})
-            prompt_chars = len(msgspec.json.encode(prompt)) + tools_chars
+            prompt_chars = trimmed.prompt_chars + tools_chars
             started = time.perf_counter()
             result = await run.model.chat(prompt, run.tools, options=run.options, deadline=deadline)
             run.steps = round_no
             run.usage = run.usage + result.usage
             budget.calibrate(prompt_chars, result.usage.prompt_tokens)
-            assistant = self._assistant_message(run, result)
+            assistant, requests = self._assistant_message(run, result)
             run.history.append(assistant)
             calls: list[dict[str, Any]] = assistant.get("tool_calls", [])
             self._log_answer(run, result, calls, started)
@@ -171,11 +185,12 @@ class AgentLoop:
             if run.steps >= run.limits.max_steps:
                 return await self._stop_with_open_calls(run, ErrorCode.MAX_STEPS_EXCEEDED, emit)
 
-            client_calls = [c for c in calls if c["function"]["name"] in run.client_tool_names]
+            client_calls = [c for c, r in zip(calls, requests, strict=True)
+                            if r.rejected is None and r.name in run.client_tool_names]
             if client_calls:
                 return await self._hand_back(run, assistant, client_calls)
 
-            pending = await self._execute(run, calls, round_no, request_id, emit)
+            pending = await self._execute(run, calls, requests, round_no, request_id, emit)
             if pending:
                 log.info("agent_run_awaiting_approval", run=run.run_id, approvals=[p.approval_id for p in pending])
                 return LoopOutcome(
@@ -187,21 +202,50 @@ class AgentLoop:
                 )
             await self._save(run)  # another round follows; the end state is stored by the caller
 
-    def _assistant_message(self, run: LoopRun, result: ChatResult) -> Message:
-        """The model's answer as history keeps it; each tool call gets an id unique in the run."""
-        seen = {c["id"] for m in run.history if m.get("role") == "assistant" for c in m.get("tool_calls") or ()}
-        calls = []
-        for call in result.message.tool_calls:
-            call_id = call.id
-            if not call_id or not call_id.strip() or len(call_id) > MAX_TOOL_CALL_ID_LENGTH or call_id in seen:
-                call_id = new_tool_call_id()
-            seen.add(call_id)
-            calls.append({"id": call_id, "type": "function",
-                          "function": {"name": call.name, "arguments": call.arguments}})
+    def _assistant_message(self, run: LoopRun, result: ChatResult) -> tuple[Message, list[ToolCallRequest]]:
+        """The model's answer as history keeps it, and the calls to execute, aligned.
+
+        Each call is checked by the rules of a tool-call batch (``call_problem``), one at a
+        time: one that breaks them, or shares its id with another call of the answer, is
+        answered with the route's code and never run. A call gets a fresh id when it has
+        none, one that cannot be stored, or one used before in the run. Text PostgreSQL
+        cannot store is replaced in what history keeps; the calls run with what was sent.
+        """
+        model_calls = result.message.tool_calls
+        if len(model_calls) > self._max_batch_size:
+            log.warning("model_tool_calls_dropped", run=run.run_id, sent=len(model_calls),
+                        kept=self._max_batch_size)
+            model_calls = model_calls[: self._max_batch_size]
+        used = {c["id"] for m in run.history if m.get("role") == "assistant" for c in m.get("tool_calls") or ()}
+        repeated = {i for i, n in Counter(c.id for c in model_calls if c.id is not None).items() if n > 1}
+        calls: list[dict[str, Any]] = []
+        requests: list[ToolCallRequest] = []
+        for index, call in enumerate(model_calls):
+            where = f"tool_calls[{index}]"
+            usable = call.id is not None and id_problem(call.id, where) is None
+            call_id = call.id if usable and call.id not in used else new_tool_call_id()
+            used.add(call_id)
+            problem = call_problem(
+                ToolCallIn(id=call.id if call.id is not None else call_id, type=call.type,
+                           function=FunctionCallIn(name=call.name, arguments=call.arguments)),
+                where,
+            )
+            if problem is None and call.id in repeated:
+                problem = ProtocolError(ErrorCode.DUPLICATE_TOOL_CALL_ID,
+                                        f"{where}.id repeats the id of another call of this answer.")
+            name = storable_text(call.name or "")
+            arguments = call.arguments.encode("utf-8", "surrogatepass")
+            if problem is None:
+                requests.append(ToolCallRequest(id=call_id, name=call.name or "", arguments=arguments))
+            else:
+                log.info("model_tool_call_refused", run=run.run_id, tool_call_id=call_id, code=problem.code.value)
+                requests.append(ToolCallRequest(id=call_id, name=name[:MAX_TOOL_NAME_LENGTH], arguments=arguments,
+                                                rejected=(problem.code, problem.message)))
+            calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": call.arguments}})
         message: Message = {"role": "assistant", "content": result.message.content or ""}
         if calls:
             message["tool_calls"] = calls
-        return message
+        return storable(message), requests
 
     def _log_answer(self, run: LoopRun, result: ChatResult, calls: list[dict[str, Any]], started: float) -> None:
         disagrees = (bool(calls) and result.finish_reason not in (None, "tool_calls")) or (
@@ -224,15 +268,17 @@ class AgentLoop:
         )
 
     async def _execute(
-        self, run: LoopRun, calls: list[dict[str, Any]], round_no: int, request_id: str | None, emit: Emit
+        self,
+        run: LoopRun,
+        calls: list[dict[str, Any]],
+        requests: list[ToolCallRequest],
+        round_no: int,
+        request_id: str | None,
+        emit: Emit,
     ) -> list[PendingApproval]:
         for call in calls:
             await emit({"type": "tool_call", "round": round_no, "tool_call_id": call["id"],
                         "name": call["function"]["name"], "arguments": self.shown_arguments(call)})
-        requests = [
-            ToolCallRequest(id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"].encode())
-            for c in calls
-        ]
         results = await self._executor.execute(run.principal, run.run_id, requests, request_id=request_id)
         pending = []
         for call, result in zip(calls, results, strict=True):

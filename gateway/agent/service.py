@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from gateway.agent.history import dropped_count, tool_content, validate_conversation
+from gateway.agent.history import cut_for, tool_content, validate_conversation
 from gateway.agent.loop import (
     AgentLoop,
     Emit,
@@ -31,11 +31,11 @@ from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
 from gateway.db import agent_runs as q
 from gateway.db.engine import Database
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, new_error_id
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.runs import RequestedLimits, RunService
-from gateway.llm.base import Message, SamplingOptions, Usage
+from gateway.llm.base import ChatModel, Message, SamplingOptions, Usage
 from gateway.llm.providers import ModelProviders
 from gateway.settings import Settings
 from gateway.tools.registry import ToolRegistry
@@ -78,7 +78,11 @@ class AgentService:
         self._providers = providers
         self._directory = directory
         self.loop = AgentLoop(
-            executor=executor, registry=registry, history_share=settings.llm_history_share, save=self._save
+            executor=executor,
+            registry=registry,
+            history_share=settings.llm_history_share,
+            max_batch_size=settings.max_batch_size,
+            save=self._save,
         )
 
     @property
@@ -88,6 +92,13 @@ class AgentService:
     # -- starting -----------------------------------------------------------------------------
 
     async def start(self, principal: Principal, request: ChatRequest) -> LoopRun:
+        most = self._settings.chat_max_messages
+        if len(request.messages) > most:
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST,
+                f"A conversation may hold at most {most} messages (GATEWAY_CHAT_MAX_MESSAGES); "
+                f"this one has {len(request.messages)}.",
+            )
         tenant = await self._directory.get(principal.tenant_id)
         if tenant is None:
             raise GatewayError(ErrorCode.UNAUTHENTICATED)
@@ -168,7 +179,9 @@ class AgentService:
         except Exception:
             await self._finish(run, "failed", ErrorCode.INTERNAL_ERROR.value)
             raise
-        await self._finish(run, outcome.state, outcome.stop_code.value if outcome.stop_code else None)
+        failure = await self._finish(run, outcome.state, outcome.stop_code.value if outcome.stop_code else None)
+        if failure is not None:
+            raise failure  # a failed write is an error, never a 2xx
         log.info("agent_run_finished", run=run.run_id, state=outcome.state, finish_reason=outcome.finish_reason,
                  steps=run.steps, prompt_tokens=run.usage.prompt_tokens,
                  completion_tokens=run.usage.completion_tokens, messages_dropped=run.messages_dropped)
@@ -205,10 +218,7 @@ class AgentService:
     async def _replay_pending(
         self, principal: Principal, row: Any, *, request_id: str | None
     ) -> tuple[LoopRun, LoopOutcome | None]:
-        model = self._providers.get(row.provider)
-        if model is None:
-            raise GatewayError(ErrorCode.MODEL_NOT_CONFIGURED,
-                               "The model provider of this run is no longer configured.")
+        model = await self._resume_model(principal, row)
         history = await self._runs.history(principal, row.id)
         options = row.loop_options or {}
         client_tools = options.get("client_tools") or []
@@ -222,7 +232,7 @@ class AgentService:
             tools=self._tools_for(principal, client_tools),
             client_tool_names=frozenset(t["function"]["name"] for t in client_tools),
             history=history,
-            cut=_cut_for(history, row.messages_dropped),
+            cut=cut_for(history, row.messages_dropped),
             steps=row.steps,
             usage=Usage(prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens),
             persisted=len(history),
@@ -236,6 +246,10 @@ class AgentService:
         results = await self._executor.execute(principal, row.id, requests, request_id=request_id) if requests else []
         still: list[PendingApproval] = []
         async with self._db.begin() as conn:
+            if model.name != row.provider:
+                log.info("agent_run_provider_changed", run=row.id, provider=model.name, was=row.provider)
+                await q.update_loop(conn, tenant_id=principal.tenant_id, run_id=row.id, provider=model.name,
+                                    model=model.model, updated_at=datetime.now(UTC))
             for (seq, call), result in zip(waiting, results, strict=True):
                 content = tool_content(result.content)
                 entry = self.loop.trace_entry(run.steps, call, result.outcome, content)
@@ -250,19 +264,64 @@ class AgentService:
                 run.trace.append(entry)
         log.info("agent_run_resumed", run=row.id, answered=len(waiting) - len(still), still_pending=len(still))
         if still:
-            await self._finish(run, "awaiting_approval", ErrorCode.APPROVAL_REQUIRED.value)
+            failure = await self._finish(run, "awaiting_approval", ErrorCode.APPROVAL_REQUIRED.value)
+            if failure is not None:
+                raise failure
             return run, LoopOutcome(state="awaiting_approval", finish_reason="stop",
                                     content=approval_text(row.id, still), stop_code=ErrorCode.APPROVAL_REQUIRED,
                                     pending=still)
         return run, None
+
+    async def _resume_model(self, principal: Principal, row: Any) -> ChatModel:
+        """A resumed run follows the tenant's current pin (an operator may re-pin a tenant, for
+        data residency, while its runs wait for approvals); an unpinned tenant's run keeps the
+        provider it started with."""
+        tenant = await self._directory.get(principal.tenant_id)
+        if tenant is None:
+            raise GatewayError(ErrorCode.UNAUTHENTICATED)
+        if tenant.llm_provider is not None:
+            model = self._providers.get(tenant.llm_provider)
+            if model is None:
+                raise GatewayError(
+                    ErrorCode.MODEL_NOT_CONFIGURED,
+                    "The model provider this tenant is pinned to is not configured on this gateway.",
+                )
+            return model
+        model = self._providers.get(row.provider)
+        if model is None:
+            raise GatewayError(ErrorCode.MODEL_NOT_CONFIGURED, "The model provider of this run is no longer configured.")
+        return model
 
     # -- storing ------------------------------------------------------------------------------
 
     async def _save(self, run: LoopRun) -> None:
         await self._store(run, {})
 
-    async def _finish(self, run: LoopRun, state: str, stop_reason: str | None) -> None:
-        await self._store(run, {"loop_state": state, "stop_reason": stop_reason})
+    async def _finish(self, run: LoopRun, state: str, stop_reason: str | None) -> Exception | None:
+        """Store the run's end state with its last messages; returns the failure when that write failed.
+
+        A run is never left ``running``: when the write fails (whatever made it fail would fail
+        it again), the run is marked ``failed`` (``INTERNAL_ERROR``) without those messages.
+        Not cut in half by a cancellation.
+        """
+        return await asyncio.shield(self._finish_now(run, state, stop_reason))
+
+    async def _finish_now(self, run: LoopRun, state: str, stop_reason: str | None) -> Exception | None:
+        try:
+            await self._store_now(run, {"loop_state": state, "stop_reason": stop_reason})
+            return None
+        except Exception as exc:
+            failure = exc
+            log.exception("agent_run_end_state_not_stored", run=run.run_id, state=state, error_id=new_error_id())
+        try:
+            async with self._db.begin() as conn:
+                await q.update_loop(conn, tenant_id=run.principal.tenant_id, run_id=run.run_id, loop_state="failed",
+                                    stop_reason=ErrorCode.INTERNAL_ERROR.value, steps=run.steps,
+                                    prompt_tokens=run.usage.prompt_tokens,
+                                    completion_tokens=run.usage.completion_tokens, updated_at=datetime.now(UTC))
+        except Exception:
+            log.exception("agent_run_failed_state_not_stored", run=run.run_id, error_id=new_error_id())
+        return failure
 
     async def _store(self, run: LoopRun, values: dict[str, Any]) -> None:
         """Store the new messages and the counters. A save is never cut in half by a cancellation
@@ -293,16 +352,6 @@ class AgentService:
 def _lower(requested: Any, default: Any) -> Any:
     """A request may lower a limit, never raise it."""
     return default if requested is None else min(requested, default)
-
-
-def _cut_for(history: list[Message], dropped: int) -> int:
-    """Where the history was cut when ``dropped`` messages had been dropped."""
-    if dropped <= 0:
-        return 0
-    for index, message in enumerate(history):
-        if message.get("role") == "user" and dropped_count(history, index) >= dropped:
-            return index
-    return 0
 
 
 def _waiting_calls(history: list[Message]) -> list[tuple[int, dict[str, Any]]]:

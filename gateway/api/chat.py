@@ -49,6 +49,7 @@ from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ErrorBody
+from gateway.db.text import holds_unstorable
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.llm.base import Message, SamplingOptions
 
@@ -134,6 +135,11 @@ def chat_request(data: ChatCompletionRequest) -> ChatRequest:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "logprobs is not supported by the gateway.")
     messages = [_message(m, index) for index, m in enumerate(data.messages)]
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
+    client_tools = [msgspec.to_builtins(tool) for tool in data.tools or ()]
+    for index, message in enumerate(messages):
+        _refuse_unstorable(message, f"messages[{index}]")
+    _refuse_unstorable(client_tools, "tools")
+    _refuse_unstorable(stop, "stop")
     options = SamplingOptions(
         temperature=data.temperature,
         top_p=data.top_p,
@@ -148,7 +154,7 @@ def chat_request(data: ChatCompletionRequest) -> ChatRequest:
     return ChatRequest(
         messages=messages,
         model=data.model,
-        client_tools=[msgspec.to_builtins(tool) for tool in data.tools or ()],
+        client_tools=client_tools,
         options=options,
         max_steps=extra.max_steps if extra else None,
         max_total_tokens=extra.max_total_tokens if extra else None,
@@ -156,6 +162,13 @@ def chat_request(data: ChatCompletionRequest) -> ChatRequest:
         max_tool_calls=extra.max_tool_calls if extra else None,
         max_repeats=extra.max_repeats if extra else None,
     )
+
+
+def _refuse_unstorable(value: Any, where: str) -> None:
+    """A run stores what the client sent: text PostgreSQL cannot hold is refused here, not at the write."""
+    if holds_unstorable(value):
+        raise GatewayError(ErrorCode.INVALID_REQUEST,
+                           f"{where} holds a character that cannot be stored (NUL or a lone surrogate).")
 
 
 def _message(message: ChatMessageIn, index: int) -> Message:

@@ -1,4 +1,8 @@
-"""Tenant-scoped queries for agent runs: loop state and usage on ``runs``, history in ``run_messages``."""
+"""Tenant-scoped queries for agent runs: loop state and usage on ``runs``, history in ``run_messages``.
+
+A history message is stored with any text PostgreSQL cannot hold replaced (``storable``):
+a model's answer is kept whatever it holds, and one message can never fail the write.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.db.models import Run, RunMessage
+from gateway.db.text import storable
 
 runs = Run.__table__
 run_messages = RunMessage.__table__
@@ -23,7 +28,8 @@ async def append_messages(
     await conn.execute(
         sa.insert(run_messages),
         [
-            {"run_id": run_id, "seq": first_seq + i, "tenant_id": tenant_id, "message": message, "created_at": now}
+            {"run_id": run_id, "seq": first_seq + i, "tenant_id": tenant_id, "message": storable(message),
+             "created_at": now}
             for i, message in enumerate(messages)
         ],
     )
@@ -35,7 +41,7 @@ async def replace_message(
     await conn.execute(
         sa.update(run_messages)
         .where(run_messages.c.tenant_id == tenant_id, run_messages.c.run_id == run_id, run_messages.c.seq == seq)
-        .values(message=message)
+        .values(message=storable(message))
     )
 
 

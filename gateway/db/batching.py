@@ -4,8 +4,14 @@ Each caller submits one item and awaits its result. A few long-lived lanes, each
 one connection, send what has queued as one statement; while that statement is in flight
 new items queue and go together in the next one. A lone request is sent at once (no timer,
 no added latency), and under load the cost of a round trip, a statement and a commit is
-shared by every request in the batch. If a statement fails, every item of that batch gets
-the exception and the lane takes a fresh connection for the next one.
+shared by every request in the batch.
+
+One item must not fail the others: when a grouped statement is refused (the server
+rejected it, or an item could not even be encoded), nothing of it was committed, so each
+of its items is sent again on its own and only the item that is wrong gets the error.
+When the connection itself failed, the outcome of the statement is unknown: every item
+of the batch gets that error (it is never sent twice) and the lane takes a fresh
+connection for the next one.
 
 Lanes keep their connection between statements: checking one out of asyncpg's pool and
 back costs a task per release, which on this path was a measurable share of the CPU.
@@ -20,6 +26,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import asyncpg
+import structlog
+
+log = structlog.get_logger("gateway.db")
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -90,23 +99,44 @@ class StatementBatcher(Generic[Item, Result]):
                     if conn is None:
                         pool = await self._pool()
                         conn = await pool.acquire()
-                    results = await self._execute(conn, [item for item, _ in batch])
-                except Exception as exc:  # every waiter learns what happened to its statement
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                    if not await self._send(conn, batch):
+                        assert pool is not None
+                        await _release(pool, conn)  # it broke: the next batch takes a fresh one
+                        conn = None
+                except Exception as exc:  # no connection: every waiter learns why
+                    _fail(batch, exc)
                     if conn is not None and pool is not None:
                         await _release(pool, conn)
                     conn = None
-                    continue
                 finally:
                     self._in_flight -= 1
-                for (_, future), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
         finally:
             if conn is not None and pool is not None:
                 await _release(pool, conn)
+
+    async def _send(self, conn: Any, batch: list[tuple[Item, asyncio.Future[Result]]]) -> bool:
+        """Run ``batch`` as one statement, or item by item when that statement is refused.
+        False when the connection broke."""
+        try:
+            results = await self._execute(conn, [item for item, _ in batch])
+        except Exception as exc:
+            if _connection_failed(exc) or len(batch) == 1:
+                _fail(batch, exc)
+                return not _connection_failed(exc)
+            log.warning("grouped_statement_refused", items=len(batch), error=type(exc).__name__)
+            for index, single in enumerate(batch):
+                try:
+                    results = await self._execute(conn, [single[0]])
+                except Exception as single_exc:
+                    if _connection_failed(single_exc):
+                        _fail(batch[index:], single_exc)
+                        return False
+                    _fail([single], single_exc)
+                else:
+                    _succeed([single], results)
+            return True
+        _succeed(batch, results)
+        return True
 
     async def close(self, *, timeout_s: float = 10.0) -> None:
         """Finish what is queued or in flight (within ``timeout_s``), then stop the lanes."""
@@ -123,6 +153,24 @@ class StatementBatcher(Generic[Item, Result]):
                 future.set_exception(BatcherClosed())
         self._queue.clear()
         self._lanes = []
+
+
+def _succeed(batch: Sequence[tuple[Any, asyncio.Future[Any]]], results: Sequence[Any]) -> None:
+    for (_, future), result in zip(batch, results, strict=True):
+        if not future.done():
+            future.set_result(result)
+
+
+def _fail(batch: Sequence[tuple[Any, asyncio.Future[Any]]], exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)
+
+
+def _connection_failed(exc: BaseException) -> bool:
+    """The connection broke (or the server is going away): what the statement did is unknown."""
+    return isinstance(exc, (OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+                            asyncpg.exceptions.OperatorInterventionError))
 
 
 async def _release(pool: asyncpg.Pool, conn: Any) -> None:

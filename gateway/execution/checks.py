@@ -5,7 +5,9 @@ lets them use it (``PERMISSION_DENIED``), the arguments decode strictly against 
 its timeout and result size, and its per-run cap (see ``gateway.execution.policy``).
 
 A call that fails one gets its outcome here; a call that passes becomes a ``CallPlan``
-that the ledger then counts against the run's budget and repeat limit.
+that the ledger then counts against the run's budget and repeat limit. A model's call that
+already broke the protocol (``ToolCallRequest.rejected``, the agent loop) gets that code
+here, so the ledger stores and audits it like any other refused call.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
 def plan_call(
     registry: ToolRegistry, principal: Principal, request: ToolCallRequest, timer: StageTimer = UNTIMED
 ) -> CallPlan:
+    if request.rejected is not None:  # broke the protocol (a model's call): answered, audited, never run
+        return _reject(request, None, *request.rejected)
     tool = check_tool_exists(registry, request)
     allowed = tool is not None and check_permission(principal, tool)
     timer.lap(POLICY)

@@ -1,8 +1,9 @@
 """The wire protocol of a tool-call batch and its checks.
 
 A batch breaks the protocol when it is not a JSON object ``{"tool_calls": [...]}``, or a
-call has a missing or empty id, a type other than ``function``, an empty name, or
-arguments that are neither a JSON string nor an object, or two calls share an id, or
+call has a missing or empty id, a type other than ``function``, an empty name, an id or a
+name holding text PostgreSQL cannot store (NUL, a lone surrogate), or arguments that are
+neither a JSON string nor an object, or two calls share an id, or
 an object of the body gives one key twice (arguments sent as a JSON string are checked
 for that per call, like any other argument error). Any of
 these rejects the whole batch before anything runs: the model cannot be answered call by
@@ -16,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.db.text import unstorable
 from gateway.errors import ErrorCode
 from gateway.tools.repeated_keys import repeated_key_problem
 
@@ -45,6 +47,9 @@ class ToolCallRequest:
     id: str
     name: str
     arguments: bytes
+    rejected: tuple[ErrorCode, str] | None = None
+    """Set when the call broke the protocol (a model's call): it is answered with this code and
+    message, not run. ``id`` and ``name`` are then storable stand-ins for what was sent."""
 
 
 class ProtocolError(Exception):
@@ -83,31 +88,51 @@ def check_calls(calls: list[ToolCallIn], *, max_batch_size: int) -> list[ToolCal
     checked: list[ToolCallRequest] = []
     for index, call in enumerate(calls):
         where = f"tool_calls[{index}]"
-        if call.id is None or not call.id.strip():
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.id is missing or empty.")
-        if len(call.id) > MAX_TOOL_CALL_ID_LENGTH:
-            raise ProtocolError(
-                ErrorCode.INVALID_TOOL_CALL, f"{where}.id is longer than {MAX_TOOL_CALL_ID_LENGTH} characters."
-            )
-        if "\x00" in call.id:
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.id must not contain NUL characters.")
-        if call.type != "function":
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.type must be \"function\".")
-        function = call.function
-        if function is None or function.name is None or not function.name.strip():
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is missing or empty.")
-        if len(function.name) > MAX_TOOL_NAME_LENGTH:
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is too long.")
-        if "\x00" in function.name:
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name must not contain NUL characters.")
-        if function.arguments is None:
-            raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.arguments is missing.")
+        problem = call_problem(call, where)
+        if problem is not None:
+            raise problem
+        assert call.id is not None and call.function is not None and call.function.name is not None
         if call.id in seen:
             raise ProtocolError(
                 ErrorCode.DUPLICATE_TOOL_CALL_ID, f"{where}.id repeats an earlier id of this batch."
             )
         seen.add(call.id)
-        arguments = function.arguments
+        arguments = call.function.arguments
         raw = arguments.encode() if isinstance(arguments, str) else msgspec.json.encode(arguments)
-        checked.append(ToolCallRequest(id=call.id, name=function.name, arguments=raw))
+        checked.append(ToolCallRequest(id=call.id, name=call.function.name, arguments=raw))
     return checked
+
+
+def call_problem(call: ToolCallIn, where: str) -> ProtocolError | None:
+    """What is wrong with one call on its own (everything but a repeated id), or None."""
+    problem = id_problem(call.id, where)
+    if problem is not None:
+        return problem
+    if call.type != "function":
+        return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.type must be \"function\".")
+    function = call.function
+    if function is None or function.name is None or not function.name.strip():
+        return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is missing or empty.")
+    if len(function.name) > MAX_TOOL_NAME_LENGTH:
+        return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is too long.")
+    if unstorable(function.name):
+        return ProtocolError(
+            ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name must not contain NUL characters or lone surrogates."
+        )
+    if function.arguments is None:
+        return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.arguments is missing.")
+    return None
+
+
+def id_problem(call_id: str | None, where: str) -> ProtocolError | None:
+    if call_id is None or not call_id.strip():
+        return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.id is missing or empty.")
+    if len(call_id) > MAX_TOOL_CALL_ID_LENGTH:
+        return ProtocolError(
+            ErrorCode.INVALID_TOOL_CALL, f"{where}.id is longer than {MAX_TOOL_CALL_ID_LENGTH} characters."
+        )
+    if unstorable(call_id):
+        return ProtocolError(
+            ErrorCode.INVALID_TOOL_CALL, f"{where}.id must not contain NUL characters or lone surrogates."
+        )
+    return None

@@ -45,10 +45,14 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ModelToolCall:
+    """A tool call as the model produced it, unchecked: the agent loop applies the protocol's rules."""
+
     id: str | None
-    name: str
+    name: str | None
     arguments: str
     """A JSON string, exactly as the model produced it (Ollama's objects are encoded)."""
+    type: str = "function"
+    """What the answer said; an answer that leaves it out means ``function``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,12 +176,13 @@ def decode_answer(decoder: msgspec.json.Decoder[Answer], body: bytes, *, provide
 
 
 def model_tool_call(
-    *, id: str | None, name: str, arguments: dict[str, Any] | str | None, provider: str
+    *, id: str | None, name: str | None, arguments: dict[str, Any] | str | None, type: str | None = None
 ) -> ModelToolCall:
-    """A tool call as the model sent it; its arguments as a JSON string (``{}`` when it sent none)."""
-    if not name:
-        log.warning("model_response_malformed", provider=provider, problem="tool call without a name")
-        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
+    """A tool call as the model sent it; its arguments as a JSON string (``{}`` when it sent none).
+
+    Nothing is refused here: a call without a name, with an odd id or type is answered by the
+    agent loop with the protocol's code, like any other call that breaks a rule.
+    """
     if not isinstance(arguments, str):
         arguments = msgspec.json.encode(arguments or {}).decode()
-    return ModelToolCall(id=id, name=name, arguments=arguments)
+    return ModelToolCall(id=id, name=name, arguments=arguments, type="function" if type is None else type)

@@ -26,12 +26,12 @@ from gateway.llm.base import (
 
 
 class _Function(msgspec.Struct):
-    name: str
+    name: str | None = None
     arguments: dict[str, Any] | str | None = None
 
 
 class _ToolCall(msgspec.Struct):
-    function: _Function
+    function: _Function | None = None
     id: str | None = None
 
 
@@ -120,8 +120,8 @@ def _as_object(arguments: Any) -> dict[str, Any]:
 def parse_answer(body: bytes, *, provider: str, fallback_model: str) -> ChatResult:
     answer = decode_answer(_decoder, body, provider=provider)
     calls = [
-        model_tool_call(id=call.id or new_tool_call_id(), name=call.function.name,
-                        arguments=call.function.arguments, provider=provider)
+        model_tool_call(id=call.id or new_tool_call_id(), name=call.function.name if call.function else None,
+                        arguments=call.function.arguments if call.function else None)
         for call in answer.message.tool_calls or ()
     ]
     finish_reason = answer.done_reason

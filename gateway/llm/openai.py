@@ -28,12 +28,12 @@ log = structlog.get_logger("gateway.llm")
 
 
 class _Function(msgspec.Struct):
-    name: str
+    name: str | None = None
     arguments: str | dict[str, Any] | None = None
 
 
 class _ToolCall(msgspec.Struct):
-    function: _Function
+    function: _Function | None = None
     id: str | None = None
     type: str | None = None
 
@@ -93,7 +93,8 @@ def parse_completion(body: bytes, *, provider: str, fallback_model: str) -> Chat
         raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
     choice = completion.choices[0]
     calls = [
-        model_tool_call(id=call.id, name=call.function.name, arguments=call.function.arguments, provider=provider)
+        model_tool_call(id=call.id, type=call.type, name=call.function.name if call.function else None,
+                        arguments=call.function.arguments if call.function else None)
         for call in choice.message.tool_calls or ()
     ]
     usage = completion.usage

@@ -90,3 +90,52 @@ async def test_ollama_tool_arguments_arrive_decoded_as_the_executor_expects(pg_u
     assert body["gateway"]["trace"][0]["outcome"] == "OK"
     assert decoded(body["gateway"]["trace"][0]["content"]) == {"ok": True, "result": 42}
     assert json.loads(json.dumps(body["gateway"]["trace"][0]["arguments"])) == {"a": 40, "b": 2}
+
+
+async def test_a_resumed_run_follows_the_tenants_current_pin_not_the_provider_it_started_with(
+    pg_url, model, second_model
+):
+    """An operator re-pins a tenant (data residency) while a run waits for an approval: the rest of the
+    conversation goes to the new provider, and the run says so."""
+    residency = LlmProvider(name="eu", base_url=second_model.url + "/v1", model="eu-model")
+    settings = agent_settings(pg_url, model.url, llm_providers=(residency,), policy_cache_s=0)
+    model.script(openai_turn("Creating it.", calls=[call("create_article", {"title": "Q3", "body": "b"}, "c1")]))
+    second_model.script(openai_turn("Created, answered from the EU."))
+    async with running_gateway(pg_url, settings) as gateway:
+        started = (await gateway.chat("write an article", user="bob")).json()
+        run_id = started["gateway"]["run_id"]
+        assert started["gateway"]["provider"] == "default"
+        approval_id = started["gateway"]["stop_reason"]["approval_ids"][0]
+        decided = await gateway.http.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol"))
+        assert decided.status_code == 200, decided.text
+
+        await gateway.set_tenant("acme", llm_provider="eu")
+        resumed = await gateway.http.post(f"/v1/runs/{run_id}/resume", headers=auth_for("bob"))
+        assert resumed.status_code == 200, resumed.text
+        stored = await gateway.sql("SELECT provider, model, loop_state FROM runs WHERE id = :id", id=run_id)
+    body = resumed.json()
+    assert body["choices"][0]["message"]["content"] == "Created, answered from the EU."
+    assert body["gateway"]["provider"] == "eu" and body["model"] == "eu-model"
+    assert model.served == 1 and second_model.served == 1
+    assert second_model.requests[0]["model"] == "eu-model"
+    assert [tuple(r) for r in stored] == [("eu", "eu-model", "completed")]
+
+
+async def test_a_run_resumed_after_a_pin_to_an_unconfigured_provider_waits_and_asks_no_model(
+    pg_url, model
+):
+    settings = agent_settings(pg_url, model.url, policy_cache_s=0)
+    model.script(openai_turn("Creating it.", calls=[call("create_article", {"title": "Q3", "body": "b"}, "c1")]))
+    async with running_gateway(pg_url, settings) as gateway:
+        started = (await gateway.chat("write an article", user="bob")).json()
+        run_id = started["gateway"]["run_id"]
+        approval_id = started["gateway"]["stop_reason"]["approval_ids"][0]
+        decided = await gateway.http.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol"))
+        assert decided.status_code == 200, decided.text
+        await gateway.set_tenant("acme", llm_provider="elsewhere")
+        resumed = await gateway.http.post(f"/v1/runs/{run_id}/resume", headers=auth_for("bob"))
+        state = (await gateway.run(run_id, user="bob"))["state"]
+    assert resumed.status_code == 503
+    assert resumed.json()["error"]["code"] == "MODEL_NOT_CONFIGURED"
+    assert model.served == 1
+    assert state == "awaiting_approval"  # it can be resumed once the pin is fixed

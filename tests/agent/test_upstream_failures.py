@@ -55,9 +55,9 @@ async def test_a_model_slower_than_its_request_timeout_is_upstream_timeout(gatew
         Turn(body=b"<html>bad gateway</html>"),
         Turn(body={"choices": []}),
         Turn(body={"choices": [{"message": {"content": 42}}]}),
-        Turn(body={"choices": [{"message": {"tool_calls": [{"function": {"name": ""}}]}}]}),
+        Turn(body={"choices": [{"message": {"tool_calls": "not a list"}}]}),
     ],
-    ids=["not-json", "no-choices", "content-not-text", "tool-call-without-name"],
+    ids=["not-json", "no-choices", "content-not-text", "tool-calls-not-a-list"],
 )
 async def test_a_malformed_answer_is_upstream_bad_response_and_not_retried(gateway, model, answer):
     model.script(answer)

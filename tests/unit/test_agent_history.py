@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +13,9 @@ from gateway.agent.history import (
     NO_OUTPUT,
     PromptBudget,
     close_open_calls,
+    cut_for,
     dropped_count,
+    prompt_from,
     tool_content,
     trim,
     validate_conversation,
@@ -42,7 +46,8 @@ def conversations(draw: Any) -> list[dict[str, Any]]:
 @given(conversations(), st.integers(10, 2000))
 def test_trimming_drops_whole_exchanges_only(history: list[dict[str, Any]], max_tokens: int) -> None:
     budget = PromptBudget(max_tokens=max_tokens)
-    prompt, cut = trim(history, cut=0, budget=budget, tools_chars=0)
+    trimmed = trim(history, cut=0, budget=budget, tools_chars=0)
+    prompt, cut = trimmed.prompt, trimmed.cut
 
     assert validate_conversation(prompt) is None  # no tool message without its assistant message
     systems = [m for m in history if m["role"] == "system"]
@@ -58,12 +63,66 @@ def test_trimming_drops_whole_exchanges_only(history: list[dict[str, Any]], max_
 def test_a_cut_only_moves_forward_and_a_fitting_history_is_untouched() -> None:
     history = [{"role": "user", "content": "a" * 400}, {"role": "assistant", "content": "b"},
                {"role": "user", "content": "c"}]
-    prompt, cut = trim(history, cut=0, budget=PromptBudget(max_tokens=10_000), tools_chars=0)
-    assert prompt == history and cut == 0
-    prompt, cut = trim(history, cut=0, budget=PromptBudget(max_tokens=20), tools_chars=0)
-    assert cut == 2 and prompt == [history[2]]
-    prompt, cut = trim(history, cut=2, budget=PromptBudget(max_tokens=10_000), tools_chars=0)
-    assert cut == 2
+    trimmed = trim(history, cut=0, budget=PromptBudget(max_tokens=10_000), tools_chars=0)
+    assert trimmed.prompt == history and trimmed.cut == 0
+    trimmed = trim(history, cut=0, budget=PromptBudget(max_tokens=20), tools_chars=0)
+    assert trimmed.cut == 2 and trimmed.prompt == [history[2]]
+    trimmed = trim(history, cut=2, budget=PromptBudget(max_tokens=10_000), tools_chars=0)
+    assert trimmed.cut == 2
+
+
+def _quadratic_trim(history: list[dict[str, Any]], cut: int, budget: PromptBudget) -> int:
+    """The former algorithm, re-encoding the prompt for every candidate cut: the reference."""
+    if budget.estimate(prompt_from(history, cut), 0) <= budget.max_tokens:
+        return cut
+    for start in [i for i in range(cut + 1, len(history)) if history[i]["role"] == "user"]:
+        cut = start
+        if budget.estimate(prompt_from(history, cut), 0) <= budget.max_tokens:
+            break
+    return cut
+
+
+@settings(max_examples=200, deadline=None)
+@given(conversations(), st.integers(10, 2000), st.integers(0, 3))
+def test_running_sums_cut_where_encoding_every_candidate_prompt_cut(
+    history: list[dict[str, Any]], max_tokens: int, start_user: int
+) -> None:
+    users = [i for i, m in enumerate(history) if m["role"] == "user"]
+    cut = users[min(start_user, len(users) - 1)] if start_user else 0
+    budget = PromptBudget(max_tokens=max_tokens)
+    trimmed = trim(history, cut=cut, budget=budget, tools_chars=0)
+    assert trimmed.cut == _quadratic_trim(history, cut, budget)
+    assert trimmed.prompt_chars == len(msgspec.json.encode(trimmed.prompt))
+
+
+def test_trimming_encodes_each_message_once_however_many_exchanges_are_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """16,000 one-word user messages once took seconds of CPU (the prompt re-encoded per candidate cut)."""
+    history = [{"role": "system", "content": "be brief"}]
+    history += [{"role": "user", "content": "word"} for _ in range(16_000)]
+    encoded: list[Any] = []
+    real_encode = msgspec.json.encode
+
+    def counting(value: Any, *args: Any, **kwargs: Any) -> bytes:
+        encoded.append(value)
+        return real_encode(value, *args, **kwargs)
+
+    monkeypatch.setattr(msgspec.json, "encode", counting)
+    trimmed = trim(history, cut=0, budget=PromptBudget(max_tokens=10), tools_chars=0)
+    monkeypatch.undo()
+
+    assert trimmed.cut == len(history) - 1  # everything but the system prompt and the last message went
+    assert len(encoded) == len(history)
+    assert all(isinstance(value, dict) for value in encoded)  # one message each, never a whole prompt
+
+
+def test_the_cut_of_a_resumed_run_is_found_from_its_dropped_count() -> None:
+    history = [{"role": "system", "content": "s"}]
+    for i in range(5):
+        history += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+    for cut in [0] + [i for i, m in enumerate(history) if m["role"] == "user"]:
+        assert prompt_from(history, cut_for(history, dropped_count(history, cut))) == prompt_from(history, cut)
 
 
 def test_the_chars_per_token_estimate_learns_from_reported_usage() -> None:

@@ -40,6 +40,7 @@ def test_more_providers_come_from_json_with_their_keys_from_named_variables() ->
         ({"GATEWAY_LLM_PROVIDERS": '[{"name": "a", "kind": "x", "base_url": "http://a", "model": "m"}]'}, "'a'"),
         ({"GATEWAY_LLM_HISTORY_SHARE": "1.5"}, "GATEWAY_LLM_HISTORY_SHARE"),
         ({"GATEWAY_RUN_MAX_STEPS": "0"}, "GATEWAY_RUN_MAX_STEPS"),
+        ({"GATEWAY_CHAT_MAX_MESSAGES": "0"}, "GATEWAY_CHAT_MAX_MESSAGES"),
     ],
 )
 def test_a_bad_agent_setting_stops_start_up_naming_it(env: dict[str, str], named: str) -> None:

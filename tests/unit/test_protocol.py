@@ -12,8 +12,12 @@ from hypothesis import strategies as st
 from gateway.errors import ErrorCode
 from gateway.execution.protocol import (
     MAX_TOOL_CALL_ID_LENGTH,
+    FunctionCallIn,
     ProtocolError,
+    ToolCallIn,
     ToolCallRequest,
+    call_problem,
+    check_calls,
     parse_batch,
 )
 
@@ -173,3 +177,14 @@ def test_protocol_checks_never_crash_on_arbitrary_bytes(raw):
 def test_a_nul_character_in_an_id_or_a_name_is_invalid_tool_call(where):
     raw = body(call("c\x001")) if where == "id" else body(call(name="a\x00dd"))
     assert rejection(raw).code is ErrorCode.INVALID_TOOL_CALL
+
+
+@pytest.mark.parametrize("where", ["id", "name"])
+def test_a_lone_surrogate_in_an_id_or_a_name_is_invalid_tool_call(where):
+    # A JSON body cannot carry one (the decoder refuses it); a model's call reaches the same check.
+    function = FunctionCallIn(name="a\ud800dd" if where == "name" else "add", arguments="{}")
+    tool_call = ToolCallIn(id="c\udc001" if where == "id" else "c1", type="function", function=function)
+    with pytest.raises(ProtocolError) as caught:
+        check_calls([tool_call], max_batch_size=64)
+    assert caught.value.code is ErrorCode.INVALID_TOOL_CALL
+    assert call_problem(tool_call, "tool_calls[0]") is not None
