@@ -1,11 +1,12 @@
 """Approvals: an administrator's decision on one frozen call, executed at most once.
 
-What is approved is the call as it was requested: tool, canonical arguments (checked
-against their stored sha256), requester and roles, run and ``tool_call_id``. Approving
-first claims the approval (``pending → executing``) in its own committed transaction, so
-concurrent approvers, processes or retries cannot run it twice; the call then runs with
-the requester's identity, under the tenant's current tool policy, and its writes, its
-outcome and its audit row commit together (``transactional.TransactionalCalls``).
+What is approved is the call as it was requested: tool, canonical arguments (stored as
+the text that was hashed, checked against that sha256, and decoded from exactly that text
+to execute), requester and roles, run and ``tool_call_id``. Approving first claims the
+approval (``pending → executing``) in its own committed transaction, so concurrent
+approvers, processes or retries cannot run it twice; the call then runs with the
+requester's identity, under the tenant's current tool policy, and its writes, its outcome
+and its audit row commit together (``transactional.TransactionalCalls``).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class ApprovalService:
         """The frozen call as it runs now: refused when the tool is gone, the arguments were
         changed, or the requester (or the tenant's policy) no longer allows it."""
         tool = self._registry.get(row.tool)
-        canonical = msgspec.json.encode(row.arguments, order="sorted")
+        canonical = row.canonical_arguments.encode()
         if tool is None:
             return failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists."), None, None
         if sha256_hex(canonical) != row.arguments_sha256:
@@ -267,7 +268,7 @@ class ApprovalService:
 
     def _redacted(self, row: Any) -> dict[str, Any]:
         tool = self._registry.get(row.tool)
-        arguments = dict(row.arguments)
+        arguments = _frozen(row)
         return tool.redact(arguments) if tool is not None else arguments
 
     async def _requester(self, row: Any) -> Principal:
@@ -281,6 +282,12 @@ class ApprovalService:
             permissions=permissions,
             tool_policies=tenant.tool_policies if tenant is not None else NO_POLICIES,
         )
+
+
+def _frozen(row: Any) -> dict[str, Any]:
+    """The frozen arguments decoded from the stored text: every number and string as hashed."""
+    arguments: dict[str, Any] = msgspec.json.decode(row.canonical_arguments)
+    return arguments
 
 
 def _unexpected(event: str, **fields: Any) -> CallOutcome:
