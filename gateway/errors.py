@@ -149,7 +149,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "no key given twice).",
               "The arguments do not match the tool's schema."),
         _spec(E.RUN_EXPIRED, 409, False,
-              "The run has passed its expires_at; no further calls are accepted in it.",
+              "The run has passed its expires_at; no further calls are accepted in it, and an approval of one of "
+              "its calls decided after that expires with this outcome instead of running.",
               "This run has expired; start a new run."),
         _spec(E.BUDGET_EXCEEDED, 429, False,
               "The run has used its max_tool_calls.",
@@ -260,7 +261,7 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED, E.CONFLICT})
+_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED, E.CONFLICT, E.RUN_EXPIRED, E.APPROVAL_EXPIRED})
 
 STOP_REASON_CODES = frozenset({E.MAX_STEPS_EXCEEDED, E.TOKEN_BUDGET_EXCEEDED, E.RUN_TIMEOUT})
 """Codes that end an agent run inside a normal ``200`` completion, as its ``gateway.stop_reason``."""

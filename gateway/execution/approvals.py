@@ -7,6 +7,9 @@ approval (``pending → executing``) in its own committed transaction, so concur
 approvers, processes or retries cannot run it twice; the call then runs with the
 requester's identity, under the tenant's current tool policy, and its writes, its outcome
 and its audit row commit together (``transactional.TransactionalCalls``).
+
+An approval whose run expired cannot be decided: the attempt expires it with the outcome
+``RUN_EXPIRED`` (stored as the call's outcome, audited) and nothing runs.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ log = structlog.get_logger("gateway.approvals")
 def idempotency_key_for(approval_id: str) -> str:
     """Sent to services that honour one, so a retried execution cannot apply twice."""
     return hashlib.sha256(b"gateway-approval:" + approval_id.encode()).hexdigest()
+
+
+_EXPIRY_CONTENTS = {code.value: error_content(code) for code in (ErrorCode.RUN_EXPIRED, ErrorCode.APPROVAL_EXPIRED)}
+"""What the held-back call answers once its approval expired, by outcome."""
 
 
 def effective_status(row: Any, now: datetime) -> str:
@@ -135,20 +142,21 @@ class ApprovalService:
         return await self.get(approver, approval_id)
 
     async def _why_not_pending(self, conn: Any, row: Any, now: datetime) -> ErrorCode:
-        content = error_content(ErrorCode.APPROVAL_EXPIRED)
-        if await q.expire_if_due(
-            conn, tenant_id=row.tenant_id, approval_id=row.id, outcome=ErrorCode.APPROVAL_EXPIRED.value,
-            content=content, now=now,
-        ):
+        """Why a decision did not take: the approval (or its run) expired — then it is expired
+        now, with that outcome stored for the held-back call — or it was already decided."""
+        expired = await q.expire_if_due(
+            conn, tenant_id=row.tenant_id, approval_id=row.id, now=now, contents=_EXPIRY_CONTENTS
+        )
+        if expired is not None:
             await q.store_call_outcome(
                 conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
-                outcome=ErrorCode.APPROVAL_EXPIRED.value, content=content, now=now,
+                outcome=expired, content=_EXPIRY_CONTENTS[expired], now=now,
             )
             metrics.approval_decided("expired")
-            return ErrorCode.APPROVAL_EXPIRED
+            return ErrorCode(expired)
         current = await q.get_approval(conn, tenant_id=row.tenant_id, approval_id=row.id)
         if current is not None and current.status == "expired":
-            return ErrorCode.APPROVAL_EXPIRED
+            return ErrorCode(current.outcome or ErrorCode.APPROVAL_EXPIRED.value)
         return ErrorCode.ALREADY_DECIDED
 
     async def _execute(self, row: Any, approver: Principal, *, request_id: str | None) -> None:
