@@ -9,7 +9,9 @@ requester's identity, under the tenant's current tool policy, and its writes, it
 and its audit row commit together (``transactional.TransactionalCalls``).
 
 An approval whose run expired cannot be decided: the attempt expires it with the outcome
-``RUN_EXPIRED`` (stored as the call's outcome, audited) and nothing runs.
+``RUN_EXPIRED`` (stored as the call's outcome, audited) and nothing runs. An approver sees
+the frozen arguments with the tool's sensitive fields hidden, and whole only on explicit
+request, which is audited (``approval_reveal``) before anything is shown.
 """
 
 from __future__ import annotations
@@ -76,6 +78,25 @@ class ApprovalService:
         row = await self.get(principal, approval_id)
         if row.requester_id != principal.user_id and not principal.has("approvals:decide"):
             raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+        return row
+
+    async def get_for_approver(
+        self, approver: Principal, approval_id: str, *, reveal: bool, request_id: str | None
+    ) -> Any:
+        """An approval as an approver reads it; ``reveal``: its sensitive arguments will be shown
+        whole, so who saw them is audited first, in the same transaction as the read."""
+        if not reveal:
+            return await self.get(approver, approval_id)
+        async with self._db.begin() as conn:
+            row = await q.get_approval(conn, tenant_id=approver.tenant_id, approval_id=approval_id)
+            if row is None:
+                raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+            await self._audit(
+                conn, row, kind="approval_reveal", user_id=approver.user_id, outcome="REVEALED",
+                request_id=request_id, now=_now(),
+                detail={"requester": row.requester_id, "fields": self.hidden_fields(row)},
+            )
+        log.info("approval_arguments_revealed", approval_id=approval_id, tool=row.tool)
         return row
 
     async def list(
@@ -271,8 +292,15 @@ class ApprovalService:
             **fields,
         )
 
-    def redacted_arguments(self, row: Any) -> dict[str, Any]:
-        return self._redacted(row)
+    def view_arguments(self, row: Any, *, reveal: bool) -> dict[str, Any]:
+        """The frozen arguments as they will execute (decoded from the stored text, so every
+        number and string is the one hashed); sensitive fields hidden unless ``reveal``."""
+        return _frozen(row) if reveal else self._redacted(row)
+
+    def hidden_fields(self, row: Any) -> list[str]:
+        """The frozen arguments' fields that the tool marks sensitive (hidden unless revealed)."""
+        tool = self._registry.get(row.tool)
+        return sorted(tool.sensitive_fields.intersection(_frozen(row))) if tool is not None else []
 
     def _redacted(self, row: Any) -> dict[str, Any]:
         tool = self._registry.get(row.tool)

@@ -8,6 +8,7 @@ import hashlib
 import math
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.support import db
@@ -63,6 +64,22 @@ async def test_an_approved_call_executes_exactly_the_frozen_value(
     assert (view["status"], view["outcome"]["code"]) == ("succeeded", "OK"), view
     assert probe.executions == {"call_1": 1}
     assert exactly(probe.values["call_1"], expected), (probe.values["call_1"], expected)
+
+
+@pytest.mark.parametrize(("raw_value", "expected", "canonical"), AWKWARD_VALUES)
+async def test_the_approver_sees_exactly_the_value_that_will_execute(
+    pg_client, probe, raw_value, expected, canonical
+):
+    run = await create_run(pg_client, BOB)
+    approval_id = await request_keep(pg_client, run["id"], "call_1", raw_value)
+    response = await pg_client.get(f"/v1/admin/approvals/{approval_id}", headers=CAROL)
+    assert response.status_code == 200, response.text
+    view = msgspec.json.decode(response.content)
+    assert exactly(view["arguments"]["value"], expected)
+    # What the approver is shown re-encodes to the very text that was hashed.
+    shown = msgspec.json.encode(view["arguments"], order="sorted")
+    assert shown == canonical.encode() and hashlib.sha256(shown).hexdigest() == view["arguments_sha256"]
+    assert probe.executions == {}
 
 
 async def test_a_negative_zero_is_not_a_zero(pg_client, probe):
