@@ -25,11 +25,23 @@ audit_events = AuditEvent.__table__
 
 FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
 
+_run_expires_at = (
+    sa.select(runs.c.expires_at).where(runs.c.id == approvals.c.run_id).scalar_subquery().label("run_expires_at")
+)
+"""Read with each approval: a pending approval of an expired run reads as expired."""
+
+
+def _run_expired(now: datetime) -> sa.ColumnElement[bool]:
+    """The approval's run has passed its ``expires_at`` (the rule the ledger applies to new calls)."""
+    return sa.exists().where(runs.c.id == approvals.c.run_id, runs.c.expires_at <= now)
+
 
 async def get_approval(conn: AsyncConnection, *, tenant_id: str, approval_id: str) -> Any | None:
     return (
         await conn.execute(
-            sa.select(approvals).where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id)
+            sa.select(approvals, _run_expires_at).where(
+                approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id
+            )
         )
     ).first()
 
@@ -44,14 +56,14 @@ async def list_approvals(
     after: tuple[datetime, str] | None,
 ) -> list[Any]:
     """Newest first, keyset-paginated on (created_at, id)."""
-    stmt = sa.select(approvals).where(approvals.c.tenant_id == tenant_id)
+    stmt = sa.select(approvals, _run_expires_at).where(approvals.c.tenant_id == tenant_id)
     if status == "pending":
-        stmt = stmt.where(approvals.c.status == "pending", approvals.c.expires_at > now)
+        stmt = stmt.where(*_undecided(now))
     elif status == "expired":
         stmt = stmt.where(
             sa.or_(
                 approvals.c.status == "expired",
-                sa.and_(approvals.c.status == "pending", approvals.c.expires_at <= now),
+                sa.and_(approvals.c.status == "pending", sa.not_(sa.and_(*_undecided(now)))),
             )
         )
     elif status is not None:
@@ -78,11 +90,6 @@ async def _move(
         .values(**values)
     )
     return result.rowcount == 1
-
-
-def _run_expired(now: datetime) -> sa.ColumnElement[bool]:
-    """The approval's run has passed its ``expires_at`` (the rule the ledger applies to new calls)."""
-    return sa.exists().where(runs.c.id == approvals.c.run_id, runs.c.expires_at <= now)
 
 
 def _undecided(now: datetime) -> tuple[sa.ColumnElement[bool], ...]:

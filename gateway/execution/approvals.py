@@ -52,7 +52,9 @@ _EXPIRY_CONTENTS = {code.value: error_content(code) for code in (ErrorCode.RUN_E
 
 
 def effective_status(row: Any, now: datetime) -> str:
-    if row.status == "pending" and row.expires_at <= now:
+    """A pending approval that can no longer be decided (it or its run expired) reads as expired."""
+    run_expired = row.run_expires_at is not None and row.run_expires_at <= now
+    if row.status == "pending" and (row.expires_at <= now or run_expired):
         return "expired"
     return str(row.status)
 

@@ -75,3 +75,12 @@ async def test_an_approval_whose_run_is_still_live_executes(pg_client, seeded_pg
     approval_id = await request_approval(pg_client, run["id"], BOB, "w1", "write_note", NOTE)
     assert (await approve(pg_client, approval_id)).json()["status"] == "succeeded"
     assert probe.executions == {"w1": 1}
+
+
+async def test_a_pending_approval_of_an_expired_run_reads_as_expired_and_leaves_the_pending_list(pg_client, held):
+    _, approval_id = held
+    assert (await pg_client.get(f"/v1/approvals/{approval_id}", headers=BOB)).json()["status"] == "expired"
+    assert (await pg_client.get(f"/v1/admin/approvals/{approval_id}", headers=CAROL)).json()["status"] == "expired"
+    pending = (await pg_client.get("/v1/admin/approvals", params={"status": "pending"}, headers=CAROL)).json()
+    expired = (await pg_client.get("/v1/admin/approvals", params={"status": "expired"}, headers=CAROL)).json()
+    assert pending["items"] == [] and [item["id"] for item in expired["items"]] == [approval_id]
