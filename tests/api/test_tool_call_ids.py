@@ -134,3 +134,14 @@ async def test_a_stored_call_without_an_arguments_hash_matches_no_call(pg_client
     table = ToolCall.__table__
     await db.execute(seeded_pg_url, sa.update(table).where(table.c.run_id == run["id"]).values(arguments_sha256=None))
     assert_conflict(await send_one(pg_client, run["id"], ALICE, "c1", "add", {"a": 1, "b": 2}))
+
+
+async def test_a_refused_call_is_matched_on_its_arguments_as_sent(pg_client):
+    """Arguments that never decoded have no canonical form: only the same text replays."""
+    run = await create_run(pg_client, ALICE)
+    (first,) = await send(pg_client, run["id"], ALICE, tool_call("nope", call_id="c1", raw='{"a":1}'))
+    assert outcome(first) == "TOOL_NOT_FOUND"
+    (again,) = await send(pg_client, run["id"], ALICE, tool_call("nope", call_id="c1", raw='{"a":1}'))
+    assert again == first
+    (spaced,) = await send(pg_client, run["id"], ALICE, tool_call("nope", call_id="c1", raw='{"a": 1}'))
+    assert_conflict(spaced)
