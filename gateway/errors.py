@@ -55,6 +55,7 @@ class ErrorCode(enum.StrEnum):
     APPROVAL_REJECTED = "APPROVAL_REJECTED"
     APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
     TOOL_CALL_IN_PROGRESS = "TOOL_CALL_IN_PROGRESS"
+    TOOL_CALL_ID_CONFLICT = "TOOL_CALL_ID_CONFLICT"
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
     TOOL_CALL_CANCELLED = "TOOL_CALL_CANCELLED"
     TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
@@ -149,7 +150,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "no key given twice).",
               "The arguments do not match the tool's schema."),
         _spec(E.RUN_EXPIRED, 409, False,
-              "The run has passed its expires_at; no further calls are accepted in it.",
+              "The run has passed its expires_at; no further calls are accepted in it, and an approval of one of "
+              "its calls decided after that expires with this outcome instead of running.",
               "This run has expired; start a new run."),
         _spec(E.BUDGET_EXCEEDED, 429, False,
               "The run has used its max_tool_calls.",
@@ -169,6 +171,10 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
         _spec(E.TOOL_CALL_IN_PROGRESS, 409, True,
               "A call with this tool_call_id is executing right now; ask again for its stored outcome.",
               "This call is still running; retry shortly to get its result."),
+        _spec(E.TOOL_CALL_ID_CONFLICT, 409, False,
+              "The run already used this tool_call_id for another call (another tool, or other canonical "
+              "arguments); nothing ran. Only the same call under the same id is a replay.",
+              "This tool_call_id was already used in this run for a different call; give each call its own id."),
         _spec(E.TOOL_TIMEOUT, 504, True,
               "The tool did not finish within its timeout and was cancelled.",
               "The tool did not answer in time."),
@@ -234,6 +240,7 @@ TOOL_RESULT_CODES = frozenset(
     {
         E.TOOL_NOT_FOUND, E.PERMISSION_DENIED, E.INVALID_ARGUMENTS, E.RUN_EXPIRED, E.BUDGET_EXCEEDED,
         E.REPEATED_CALL, E.APPROVAL_REQUIRED, E.APPROVAL_REJECTED, E.APPROVAL_EXPIRED, E.TOOL_CALL_IN_PROGRESS,
+        E.TOOL_CALL_ID_CONFLICT,
         E.TOOL_TIMEOUT, E.TOOL_CALL_CANCELLED, E.TOOL_OUTCOME_UNKNOWN, E.CONFLICT, E.BUSINESS_RULE_VIOLATION, E.TOOL_EXECUTION_FAILED, E.NOT_FOUND,
         E.RATE_LIMITED,
     }
@@ -255,7 +262,7 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED, E.CONFLICT})
+_ALSO_HTTP = frozenset({E.NOT_FOUND, E.RATE_LIMITED, E.CONFLICT, E.RUN_EXPIRED, E.APPROVAL_EXPIRED})
 
 STOP_REASON_CODES = frozenset({E.MAX_STEPS_EXCEEDED, E.TOKEN_BUDGET_EXCEEDED, E.RUN_TIMEOUT})
 """Codes that end an agent run inside a normal ``200`` completion, as its ``gateway.stop_reason``."""

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, post
+from litestar.datastructures import CacheControlHeader
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromQuery, JSONBody, QueryParameter
 
@@ -39,12 +40,12 @@ def outcome_view(code: str | None, content: str | None) -> ApprovalOutcome | Non
     return ApprovalOutcome(code=code, ok=False, error=msgspec.convert(parsed["error"], ErrorInfo))
 
 
-def approval_view(row: Any, service: ApprovalService, now: datetime) -> ApprovalView:
+def approval_view(row: Any, service: ApprovalService, now: datetime, *, reveal: bool = False) -> ApprovalView:
     return ApprovalView(
         id=row.id,
         status=effective_status(row, now),
         tool=row.tool,
-        arguments=service.redacted_arguments(row),
+        arguments=service.view_arguments(row, reveal=reveal),
         arguments_sha256=row.arguments_sha256,
         run_id=row.run_id,
         tool_call_id=row.tool_call_id,
@@ -55,6 +56,7 @@ def approval_view(row: Any, service: ApprovalService, now: datetime) -> Approval
         decided_at=row.decided_at,
         reason=row.reason,
         outcome=outcome_view(row.outcome, row.outcome_content),
+        redacted_fields=[] if reveal else service.hidden_fields(row),
     )
 
 
@@ -110,6 +112,29 @@ class AdminApprovalController(Controller):
             items=[approval_view(row, service, now) for row in page],
             next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
         )
+
+    @get(
+        "/{approval_id:str}",
+        summary="Read an approval, its sensitive arguments on request",
+        responses=error_responses(400, 401, 403, 404, 503),
+        cache_control=CacheControlHeader(no_store=True),
+    )
+    async def get_approval(
+        self,
+        request: Request,
+        service: NamedDependency[ApprovalService],
+        approval_id: ResourceId,
+        reveal: Annotated[
+            bool, QueryParameter(description="Show the sensitive arguments too; who revealed them is audited.")
+        ] = False,
+    ) -> ApprovalView:
+        """The frozen call exactly as approving would execute it. Its tool's sensitive fields are
+        `[REDACTED]` (named in `redacted_fields`) unless `reveal=true`, which is recorded in the
+        audit (`approval_reveal`: who, which approval, which fields) before the answer is sent."""
+        row = await service.get_for_approver(
+            principal_of(request), approval_id, reveal=reveal, request_id=request_id_of(request.scope)
+        )
+        return approval_view(row, service, datetime.now(UTC), reveal=reveal)
 
     @post(
         "/{approval_id:str}/approve",

@@ -129,7 +129,7 @@ class ApprovalView(msgspec.Struct):
     """``pending``, ``executing``, ``succeeded``, ``failed``, ``rejected`` or ``expired``."""
     tool: str
     arguments: dict[str, Any]
-    """The frozen arguments, sensitive fields redacted."""
+    """The frozen arguments exactly as they will execute, sensitive fields redacted unless revealed."""
     arguments_sha256: str
     run_id: str
     tool_call_id: str
@@ -140,6 +140,9 @@ class ApprovalView(msgspec.Struct):
     decided_at: datetime | None
     reason: str | None
     outcome: ApprovalOutcome | None
+    redacted_fields: list[str]
+    """The sensitive fields whose values ``arguments`` shows as ``[REDACTED]``; an approver sees
+    them with ``GET /v1/admin/approvals/{id}?reveal=true`` (audited)."""
 
 
 class ApprovalPage(msgspec.Struct):

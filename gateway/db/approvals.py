@@ -2,7 +2,9 @@
 
 An approval moves ``pending → executing → succeeded | failed``, or ``pending → rejected``,
 or ``pending → expired``; every move is one conditional UPDATE, so two approvers, two
-processes or a retry cannot both win it.
+processes or a retry cannot both win it. An approval can be decided only while it and its
+run are both unexpired: the same UPDATE checks the run, so a run that expires cannot have
+a call executed after it.
 """
 
 from __future__ import annotations
@@ -14,19 +16,32 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.db.models import Approval, AuditEvent, ToolCall
+from gateway.db.models import Approval, AuditEvent, Run, ToolCall
 
 approvals = Approval.__table__
+runs = Run.__table__
 tool_calls = ToolCall.__table__
 audit_events = AuditEvent.__table__
 
 FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
 
+_run_expires_at = (
+    sa.select(runs.c.expires_at).where(runs.c.id == approvals.c.run_id).scalar_subquery().label("run_expires_at")
+)
+"""Read with each approval: a pending approval of an expired run reads as expired."""
+
+
+def _run_expired(now: datetime) -> sa.ColumnElement[bool]:
+    """The approval's run has passed its ``expires_at`` (the rule the ledger applies to new calls)."""
+    return sa.exists().where(runs.c.id == approvals.c.run_id, runs.c.expires_at <= now)
+
 
 async def get_approval(conn: AsyncConnection, *, tenant_id: str, approval_id: str) -> Any | None:
     return (
         await conn.execute(
-            sa.select(approvals).where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id)
+            sa.select(approvals, _run_expires_at).where(
+                approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id
+            )
         )
     ).first()
 
@@ -41,14 +56,14 @@ async def list_approvals(
     after: tuple[datetime, str] | None,
 ) -> list[Any]:
     """Newest first, keyset-paginated on (created_at, id)."""
-    stmt = sa.select(approvals).where(approvals.c.tenant_id == tenant_id)
+    stmt = sa.select(approvals, _run_expires_at).where(approvals.c.tenant_id == tenant_id)
     if status == "pending":
-        stmt = stmt.where(approvals.c.status == "pending", approvals.c.expires_at > now)
+        stmt = stmt.where(*_undecided(now))
     elif status == "expired":
         stmt = stmt.where(
             sa.or_(
                 approvals.c.status == "expired",
-                sa.and_(approvals.c.status == "pending", approvals.c.expires_at <= now),
+                sa.and_(approvals.c.status == "pending", sa.not_(sa.and_(*_undecided(now)))),
             )
         )
     elif status is not None:
@@ -78,8 +93,8 @@ async def _move(
 
 
 def _undecided(now: datetime) -> tuple[sa.ColumnElement[bool], ...]:
-    """Pending and not expired yet: an approver may still decide it."""
-    return approvals.c.status == "pending", approvals.c.expires_at > now
+    """Pending, not expired, and its run not expired: an approver may still decide it."""
+    return approvals.c.status == "pending", approvals.c.expires_at > now, ~_run_expired(now)
 
 
 async def claim_for_execution(
@@ -110,13 +125,31 @@ async def reject(
 
 
 async def expire_if_due(
-    conn: AsyncConnection, *, tenant_id: str, approval_id: str, outcome: str, content: str, now: datetime
-) -> bool:
-    return await _move(
-        conn, tenant_id=tenant_id, approval_id=approval_id,
-        when=(approvals.c.status == "pending", approvals.c.expires_at <= now),
-        status="expired", outcome=outcome, outcome_content=content, finished_at=now,
+    conn: AsyncConnection,
+    *,
+    tenant_id: str,
+    approval_id: str,
+    now: datetime,
+    contents: dict[str, str],
+) -> str | None:
+    """Expire a pending approval whose run expired (outcome ``RUN_EXPIRED``) or that expired
+    itself (``APPROVAL_EXPIRED``); ``contents`` maps each outcome to its content. Returns the
+    outcome if this caller expired it."""
+    run_expired = _run_expired(now)
+    outcome = sa.case((run_expired, "RUN_EXPIRED"), else_="APPROVAL_EXPIRED")
+    content = sa.case((run_expired, contents["RUN_EXPIRED"]), else_=contents["APPROVAL_EXPIRED"])
+    result = await conn.execute(
+        sa.update(approvals)
+        .where(
+            approvals.c.tenant_id == tenant_id,
+            approvals.c.id == approval_id,
+            approvals.c.status == "pending",
+            sa.or_(approvals.c.expires_at <= now, run_expired),
+        )
+        .values(status="expired", outcome=outcome, outcome_content=content, finished_at=now)
+        .returning(approvals.c.outcome)
     )
+    return result.scalar()
 
 
 async def finish(

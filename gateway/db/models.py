@@ -150,6 +150,10 @@ class ToolCall(Base):
     approval_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    arguments_sha256: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    """The call's arguments hash (of the canonical arguments, or of the raw text when they did
+    not decode): a later call with this id is a replay only when tool and hash match.
+    NULL only for a call stored before migration 0006 whose audit row was gone."""
 
 
 class Approval(Base):
@@ -166,7 +170,9 @@ class Approval(Base):
     requester_id: Mapped[str] = mapped_column(sa.String(128))
     requester_roles: Mapped[list[str]] = mapped_column(JsonValue)
     tool: Mapped[str] = mapped_column(sa.String(128))
-    arguments: Mapped[dict[str, Any]] = mapped_column(JsonValue)
+    canonical_arguments: Mapped[str] = mapped_column(sa.Text)
+    """The frozen call's canonical JSON, as text: what ``arguments_sha256`` hashes and exactly
+    what executes (JSONB would rewrite numbers such as ``1e16`` or ``-0.0``)."""
     arguments_sha256: Mapped[str] = mapped_column(sa.String(64))
     status: Mapped[str] = mapped_column(sa.String(16))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,11 +1,17 @@
 """Approvals: an administrator's decision on one frozen call, executed at most once.
 
-What is approved is the call as it was requested: tool, canonical arguments (checked
-against their stored sha256), requester and roles, run and ``tool_call_id``. Approving
-first claims the approval (``pending → executing``) in its own committed transaction, so
-concurrent approvers, processes or retries cannot run it twice; the call then runs with
-the requester's identity, under the tenant's current tool policy, and its writes, its
-outcome and its audit row commit together (``transactional.TransactionalCalls``).
+What is approved is the call as it was requested: tool, canonical arguments (stored as
+the text that was hashed, checked against that sha256, and decoded from exactly that text
+to execute), requester and roles, run and ``tool_call_id``. Approving first claims the
+approval (``pending → executing``) in its own committed transaction, so concurrent
+approvers, processes or retries cannot run it twice; the call then runs with the
+requester's identity, under the tenant's current tool policy, and its writes, its outcome
+and its audit row commit together (``transactional.TransactionalCalls``).
+
+An approval whose run expired cannot be decided: the attempt expires it with the outcome
+``RUN_EXPIRED`` (stored as the call's outcome, audited) and nothing runs. An approver sees
+the frozen arguments with the tool's sensitive fields hidden, and whole only on explicit
+request, which is audited (``approval_reveal``) before anything is shown.
 """
 
 from __future__ import annotations
@@ -41,8 +47,14 @@ def idempotency_key_for(approval_id: str) -> str:
     return hashlib.sha256(b"gateway-approval:" + approval_id.encode()).hexdigest()
 
 
+_EXPIRY_CONTENTS = {code.value: error_content(code) for code in (ErrorCode.RUN_EXPIRED, ErrorCode.APPROVAL_EXPIRED)}
+"""What the held-back call answers once its approval expired, by outcome."""
+
+
 def effective_status(row: Any, now: datetime) -> str:
-    if row.status == "pending" and row.expires_at <= now:
+    """A pending approval that can no longer be decided (it or its run expired) reads as expired."""
+    run_expired = row.run_expires_at is not None and row.run_expires_at <= now
+    if row.status == "pending" and (row.expires_at <= now or run_expired):
         return "expired"
     return str(row.status)
 
@@ -68,6 +80,25 @@ class ApprovalService:
         row = await self.get(principal, approval_id)
         if row.requester_id != principal.user_id and not principal.has("approvals:decide"):
             raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+        return row
+
+    async def get_for_approver(
+        self, approver: Principal, approval_id: str, *, reveal: bool, request_id: str | None
+    ) -> Any:
+        """An approval as an approver reads it; ``reveal``: its sensitive arguments will be shown
+        whole, so who saw them is audited first, in the same transaction as the read."""
+        if not reveal:
+            return await self.get(approver, approval_id)
+        async with self._db.begin() as conn:
+            row = await q.get_approval(conn, tenant_id=approver.tenant_id, approval_id=approval_id)
+            if row is None:
+                raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
+            await self._audit(
+                conn, row, kind="approval_reveal", user_id=approver.user_id, outcome="REVEALED",
+                request_id=request_id, now=_now(),
+                detail={"requester": row.requester_id, "fields": self.hidden_fields(row)},
+            )
+        log.info("approval_arguments_revealed", approval_id=approval_id, tool=row.tool)
         return row
 
     async def list(
@@ -134,20 +165,21 @@ class ApprovalService:
         return await self.get(approver, approval_id)
 
     async def _why_not_pending(self, conn: Any, row: Any, now: datetime) -> ErrorCode:
-        content = error_content(ErrorCode.APPROVAL_EXPIRED)
-        if await q.expire_if_due(
-            conn, tenant_id=row.tenant_id, approval_id=row.id, outcome=ErrorCode.APPROVAL_EXPIRED.value,
-            content=content, now=now,
-        ):
+        """Why a decision did not take: the approval (or its run) expired — then it is expired
+        now, with that outcome stored for the held-back call — or it was already decided."""
+        expired = await q.expire_if_due(
+            conn, tenant_id=row.tenant_id, approval_id=row.id, now=now, contents=_EXPIRY_CONTENTS
+        )
+        if expired is not None:
             await q.store_call_outcome(
                 conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
-                outcome=ErrorCode.APPROVAL_EXPIRED.value, content=content, now=now,
+                outcome=expired, content=_EXPIRY_CONTENTS[expired], now=now,
             )
             metrics.approval_decided("expired")
-            return ErrorCode.APPROVAL_EXPIRED
+            return ErrorCode(expired)
         current = await q.get_approval(conn, tenant_id=row.tenant_id, approval_id=row.id)
         if current is not None and current.status == "expired":
-            return ErrorCode.APPROVAL_EXPIRED
+            return ErrorCode(current.outcome or ErrorCode.APPROVAL_EXPIRED.value)
         return ErrorCode.ALREADY_DECIDED
 
     async def _execute(self, row: Any, approver: Principal, *, request_id: str | None) -> None:
@@ -184,7 +216,7 @@ class ApprovalService:
         """The frozen call as it runs now: refused when the tool is gone, the arguments were
         changed, or the requester (or the tenant's policy) no longer allows it."""
         tool = self._registry.get(row.tool)
-        canonical = msgspec.json.encode(row.arguments, order="sorted")
+        canonical = row.canonical_arguments.encode()
         if tool is None:
             return failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists."), None, None
         if sha256_hex(canonical) != row.arguments_sha256:
@@ -262,12 +294,19 @@ class ApprovalService:
             **fields,
         )
 
-    def redacted_arguments(self, row: Any) -> dict[str, Any]:
-        return self._redacted(row)
+    def view_arguments(self, row: Any, *, reveal: bool) -> dict[str, Any]:
+        """The frozen arguments as they will execute (decoded from the stored text, so every
+        number and string is the one hashed); sensitive fields hidden unless ``reveal``."""
+        return _frozen(row) if reveal else self._redacted(row)
+
+    def hidden_fields(self, row: Any) -> list[str]:
+        """The frozen arguments' fields that the tool marks sensitive (hidden unless revealed)."""
+        tool = self._registry.get(row.tool)
+        return sorted(tool.sensitive_fields.intersection(_frozen(row))) if tool is not None else []
 
     def _redacted(self, row: Any) -> dict[str, Any]:
         tool = self._registry.get(row.tool)
-        arguments = dict(row.arguments)
+        arguments = _frozen(row)
         return tool.redact(arguments) if tool is not None else arguments
 
     async def _requester(self, row: Any) -> Principal:
@@ -281,6 +320,12 @@ class ApprovalService:
             permissions=permissions,
             tool_policies=tenant.tool_policies if tenant is not None else NO_POLICIES,
         )
+
+
+def _frozen(row: Any) -> dict[str, Any]:
+    """The frozen arguments decoded from the stored text: every number and string as hashed."""
+    arguments: dict[str, Any] = msgspec.json.decode(row.canonical_arguments)
+    return arguments
 
 
 def _unexpected(event: str, **fields: Any) -> CallOutcome:

@@ -4,10 +4,11 @@ decided atomically in the database.
 Two steps per batch, each one database round trip on PostgreSQL:
 
 1. ``admit``, before anything runs, under the run's row lock: answer ids already seen from
-   what is stored; store the outcome of calls the checks rejected; count every other call
+   what is stored when the call is the stored one (same tool, same arguments hash), and
+   answer ``TOOL_CALL_ID_CONFLICT`` when it is not; store the outcome of calls the checks rejected; count every other call
    against ``max_tool_calls`` and the repeat limit; create the approval of a call that
    needs one; mark the rest executing. Every outcome decided here is audited in the same
-   transaction. (PostgreSQL: the ``gateway_admit_calls`` function of migration 0002.)
+   transaction. (PostgreSQL: the ``gateway_admit_calls`` function, migration 0006.)
 2. ``record``, after the admitted calls ran: store their outcomes (for replays) and their
    audit rows together, in one statement.
 
@@ -134,8 +135,10 @@ def _call_payload(plan: CallPlan) -> dict[str, Any]:
         payload["call_hash"] = plan.call_hash
         payload["needs_approval"] = plan.needs_approval
         payload["approval_id"] = plan.approval_id
-        if plan.needs_approval:  # the frozen call an approval executes; no other call reads them here
-            payload["arguments"] = msgspec.Raw(plan.arguments.canonical)
+        if plan.needs_approval:
+            # The frozen call an approval executes, as a JSON string: stored as text, byte for byte
+            # what was hashed (a JSON value stored as JSONB would have its numbers rewritten).
+            payload["arguments"] = plan.arguments.canonical.decode()
         if plan.tool_call_cap is not None:
             payload["tool_cap"] = plan.tool_call_cap
     return payload

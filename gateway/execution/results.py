@@ -81,7 +81,7 @@ def _truncated(kept: bytes, original_bytes: int | None) -> str:
 # Outcomes the ledger decides without running anything always read the same.
 LEDGER_CONTENTS: dict[str, str] = {
     code.value: error_content(code)
-    for code in (ErrorCode.RUN_EXPIRED, ErrorCode.BUDGET_EXCEEDED, ErrorCode.REPEATED_CALL)
+    for code in (ErrorCode.RUN_EXPIRED, ErrorCode.BUDGET_EXCEEDED, ErrorCode.REPEATED_CALL, ErrorCode.TOOL_CALL_ID_CONFLICT)
 }
 TOOL_BUDGET_EXCEEDED = "TOOL_BUDGET_EXCEEDED"
 """The key of the content answered when a tool's own per-run cap is used up (code BUDGET_EXCEEDED)."""

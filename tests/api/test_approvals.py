@@ -45,7 +45,7 @@ async def test_a_mutating_call_answers_approval_required_with_an_approval_id(cli
     (row,) = await db.approvals(database_url, run_id=run["id"])
     assert row.id == content["error"]["approval_id"]
     assert (row.status, row.requester_id, row.tool, row.tool_call_id) == ("pending", "bob", "create_article", "call_1")
-    assert row.arguments == NEW_ARTICLE
+    assert row.canonical_arguments == '{"body":"Up and to the right.","title":"Quarterly numbers"}'
     assert await db.articles(database_url, title=NEW_ARTICLE["title"]) == []
 
 
@@ -337,7 +337,9 @@ async def test_arguments_changed_after_the_request_are_never_executed(client, da
     _, approval_id = pending
     table = Approval.__table__
     tampered = {"title": "Tampered", "body": "Not what was approved."}
-    await db.execute(database_url, sa.update(table).where(table.c.id == approval_id).values(arguments=tampered))
+    await db.execute(
+        database_url, sa.update(table).where(table.c.id == approval_id).values(canonical_arguments=json.dumps(tampered))
+    )
     view = (await approve(client, approval_id)).json()
     assert (view["status"], view["outcome"]["code"]) == ("failed", "TOOL_EXECUTION_FAILED")
     assert await db.articles(database_url, title="Tampered") == []

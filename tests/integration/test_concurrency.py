@@ -119,6 +119,14 @@ async def test_concurrent_retries_of_one_call_execute_it_once(server, http, prob
     assert Counter(outcome(c) for c in contents)["OK"] >= 1
 
 
+async def test_concurrent_calls_under_one_id_run_exactly_one_and_conflict_the_rest(server, http, probe):
+    run_id = await new_run(http, server, ALICE)
+    calls = [tool_call("count", {"text": str(i)}, call_id="call_0") for i in range(20)]
+    contents = await call_each(http, [server], run_id, calls, ALICE)
+    assert Counter(outcome(c) for c in contents) == {"OK": 1, "TOOL_CALL_ID_CONFLICT": 19}
+    assert probe.executions == {"call_0": 1}
+
+
 async def test_two_concurrent_approvals_execute_the_call_once(server, http, probe):
     run_id = await new_run(http, server, BOB)
     for n in range(3):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import sqlalchemy as sa
@@ -37,6 +37,8 @@ class Probe:
 
     def __init__(self) -> None:
         self.executions: Counter[str] = Counter()
+        self.values: dict[str, Any] = {}
+        """What ``keep_value`` was given, by tool_call_id: the value exactly as the handler saw it."""
         self.callers: list[tuple[str, str, str]] = []
         self.started: list[str] = []
         self.cancelled: list[str] = []
@@ -71,6 +73,10 @@ class LoginArgs(Strict):
     username: str
     password: Annotated[str, msgspec.Meta(min_length=8)]
     vault: Literal["main", "backup"] = "main"
+
+
+class ValueArgs(Strict):
+    value: Any
 
 
 class SecretArgs(Strict):
@@ -161,7 +167,15 @@ def probe_tools(probe: Probe) -> list[Tool]:
         probe.executions[ctx.tool_call_id] += 1
         return {"stored": args.name}
 
-    return [sleep, rendezvous, explode, bad_sql, big, count, login, write_note, write_then_fail, slow_write, store_secret]
+    @struct_tool(name="keep_value", description="Keep any JSON value (needs approval).", arguments=ValueArgs,
+                 permission="articles:write", mutates=True)
+    async def keep_value(ctx: ToolContext, args: ValueArgs) -> object:
+        probe.executions[ctx.tool_call_id] += 1
+        probe.values[ctx.tool_call_id] = args.value
+        return {"kept": args.value}
+
+    return [sleep, rendezvous, explode, bad_sql, big, count, login, write_note, write_then_fail, slow_write,
+            store_secret, keep_value]
 
 
 def registry_with_probe(probe: Probe) -> ToolRegistry:

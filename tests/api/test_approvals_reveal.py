@@ -1,0 +1,109 @@
+"""An approver reads one approval with the exact arguments that will execute: the tool's
+sensitive fields hidden by default, shown only on explicit request, and that request is
+audited before anything is shown. PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import db
+from tests.support.approvals import CAROL, approve, request_approval
+from tests.support.calls import create_run
+from tests.support.http import assert_error
+from tests.support.tokens import auth_for
+
+pytestmark = pytest.mark.probe_tools
+
+BOB = auth_for("bob")
+SECRET = "sk-live-do-not-show"
+ARGUMENTS = {"name": "api", "secret": SECRET}
+
+
+@pytest.fixture
+async def secret_approval(pg_client):
+    run = await create_run(pg_client, BOB)
+    return await request_approval(pg_client, run["id"], BOB, "s1", "store_secret", ARGUMENTS)
+
+
+async def read(client, approval_id: str, headers=CAROL, **params):
+    return await client.get(f"/v1/admin/approvals/{approval_id}", params=params, headers=headers)
+
+
+async def reveals(url: str, approval_id: str) -> list:
+    return await db.audit_rows(url, approval_id=approval_id, kind="approval_reveal")
+
+
+async def test_an_approver_reads_the_approval_with_sensitive_fields_hidden(pg_client, seeded_pg_url, secret_approval):
+    response = await read(pg_client, secret_approval)
+    assert response.status_code == 200, response.text
+    view = response.json()
+    assert view["arguments"] == {"name": "api", "secret": "[REDACTED]"}
+    assert view["redacted_fields"] == ["secret"]
+    assert (view["id"], view["status"], view["tool"], view["requested_by"]) == (
+        secret_approval, "pending", "store_secret", "bob"
+    )
+    assert SECRET not in response.text
+    assert await reveals(seeded_pg_url, secret_approval) == []
+
+
+async def test_reveal_shows_the_whole_arguments_and_audits_who_saw_them(pg_client, seeded_pg_url, secret_approval):
+    response = await pg_client.get(
+        f"/v1/admin/approvals/{secret_approval}", params={"reveal": "true"}, headers={**CAROL, "X-Request-ID": "peek-1"}
+    )
+    assert response.status_code == 200, response.text
+    view = response.json()
+    assert view["arguments"] == ARGUMENTS and view["redacted_fields"] == []
+    assert "no-store" in response.headers["cache-control"]
+    (row,) = await reveals(seeded_pg_url, secret_approval)
+    assert (row.user_id, row.outcome, row.request_id, row.tool, row.tool_call_id) == (
+        "carol", "REVEALED", "peek-1", "store_secret", "s1"
+    )
+    assert row.detail == {"requester": "bob", "fields": ["secret"]}
+    assert row.arguments == {"name": "api", "secret": "[REDACTED]"}  # the audit never keeps the secret
+
+
+async def test_every_reveal_is_audited(pg_client, seeded_pg_url, secret_approval):
+    for _ in range(2):
+        assert (await read(pg_client, secret_approval, reveal="true")).status_code == 200
+    assert len(await reveals(seeded_pg_url, secret_approval)) == 2
+
+
+async def test_other_views_never_show_the_secret(pg_client, secret_approval):
+    listed = await pg_client.get("/v1/admin/approvals", headers=CAROL)
+    own = await pg_client.get(f"/v1/approvals/{secret_approval}", headers=BOB)
+    own_reveal = await pg_client.get(f"/v1/approvals/{secret_approval}", params={"reveal": "true"}, headers=BOB)
+    decided = await approve(pg_client, secret_approval)
+    for response in (listed, own, own_reveal, decided):
+        assert response.status_code == 200, response.text
+        assert SECRET not in response.text
+    assert listed.json()["items"][0]["redacted_fields"] == ["secret"]
+
+
+@pytest.mark.parametrize("user", ["alice", "bob"])
+async def test_reading_and_revealing_need_approvals_decide(pg_client, seeded_pg_url, secret_approval, user):
+    assert_error(await read(pg_client, secret_approval, auth_for(user)), 403, "FORBIDDEN")
+    response = await read(pg_client, secret_approval, auth_for(user), reveal="true")
+    assert_error(response, 403, "FORBIDDEN")
+    assert SECRET not in response.text
+    assert await reveals(seeded_pg_url, secret_approval) == []
+
+
+async def test_another_tenants_approver_cannot_reveal(pg_client, seeded_pg_url, secret_approval):
+    response = await read(pg_client, secret_approval, auth_for("carol", tenant="globex"), reveal="true")
+    assert_error(response, 404, "NOT_FOUND")
+    assert await reveals(seeded_pg_url, secret_approval) == []
+
+
+async def test_a_malformed_reveal_flag_is_invalid_request(pg_client, seeded_pg_url, secret_approval):
+    assert_error(await read(pg_client, secret_approval, reveal="please"), 400, "INVALID_REQUEST")
+    assert await reveals(seeded_pg_url, secret_approval) == []
+
+
+async def test_a_tool_without_sensitive_fields_hides_nothing(pg_client, seeded_pg_url):
+    run = await create_run(pg_client, BOB)
+    approval_id = await request_approval(pg_client, run["id"], BOB, "n1", "write_note", {"text": "plain"})
+    view = (await read(pg_client, approval_id)).json()
+    assert view["arguments"] == {"text": "plain"} and view["redacted_fields"] == []
+    assert (await read(pg_client, approval_id, reveal="true")).json()["arguments"] == {"text": "plain"}
+    (row,) = await reveals(seeded_pg_url, approval_id)
+    assert row.detail == {"requester": "bob", "fields": []}
