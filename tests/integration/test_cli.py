@@ -66,6 +66,14 @@ def test_gateway_serve_without_a_secret_stops_with_a_clear_message(tmp_path):
     assert "GATEWAY_JWT_SECRET" in done.stderr and "--demo" in done.stderr
 
 
+def test_gateway_serve_with_a_jwks_url_but_no_audience_or_issuer_stops_with_one_line_naming_them(tmp_path):
+    done = gateway("serve", "--port", "1", cwd=tmp_path, GATEWAY_JWKS_URL="https://id.example/jwks",
+                   GATEWAY_DATABASE_URL="postgresql+asyncpg://gateway@127.0.0.1:1/never")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "GATEWAY_JWT_AUDIENCE" in done.stderr and "GATEWAY_JWT_ISSUER" in done.stderr
+
+
 @pytest.mark.parametrize("backend", ["sqlite_url", "pg_url"])
 def test_gateway_seed_demo_is_idempotent(request, backend):
     url = request.getfixturevalue(backend)
