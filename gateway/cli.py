@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     provider.add_argument("--no-llm-provider", action="store_true", help="unpin: the gateway's default provider")
     configure.add_argument("--client-tools", choices=("allow", "refuse"),
                            help="whether a chat request may bring its own tools (default for a new tenant: refuse)")
+    approval = tenant_commands.add_parser(
+        "approval-mode", help="when a tool's calls wait for approval; only here may a tool that changes data skip it"
+    )
+    approval.add_argument("slug")
+    approval.add_argument("tool")
+    approval.add_argument("mode", choices=("never", "mutating", "always"))
     tenants.set_defaults(handler=cmd_tenants)
 
     audit = commands.add_parser("audit", help="the audit hash chain: seal, verify, prune (operator)")
@@ -224,6 +230,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             out = _operate(settings, operator.list_all)
         elif args.tenants_command == "configure":
             out = _operate(settings, _configure_action(args))
+        elif args.tenants_command == "approval-mode":
+            out = _operate(settings, _approval_mode_action(settings, args))
         else:
             disabled = args.tenants_command == "disable"
             out = _operate(settings, lambda db: operator.set_disabled(db, args.slug, disabled))
@@ -247,6 +255,16 @@ def _configure_action(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         provider = None
     client_tools = None if args.client_tools is None else args.client_tools == "allow"
     return lambda db: operator.configure(db, args.slug, llm_provider=provider, allow_client_tools=client_tools)
+
+
+def _approval_mode_action(settings: Settings, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from gateway.admin import operator
+    from gateway.db.policies import ApprovalMode
+    from gateway.tools.config import operator_registry
+
+    registry = operator_registry(settings)
+    mode = ApprovalMode(args.mode)
+    return lambda db: operator.set_approval_mode(db, args.slug, args.tool, mode, registry=registry)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

@@ -134,3 +134,14 @@ def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line(tmp_path):
             process.kill()
             process.wait(timeout=5)
         process.stdout.close()
+
+
+def test_gateway_tenants_approval_mode_lets_the_operator_bypass_approvals_for_one_tool(seeded_pg_url):
+    done = gateway("tenants", "approval-mode", "acme", "create_article", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "tenant acme, tool create_article (changes data): calls run without approval"
+    policies = asyncio.run(db.rows(seeded_pg_url, sa.text("SELECT tenant_id, tool, approval_mode, updated_by FROM tool_policies")))
+    assert [tuple(row) for row in policies] == [("acme", "create_article", "never", "operator:cli")]
+
+    unknown = gateway("tenants", "approval-mode", "acme", "no_such_tool", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
+    assert unknown.returncode == 1 and "no tool 'no_such_tool'" in unknown.stderr
