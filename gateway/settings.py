@@ -112,10 +112,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     workers: int = 1
     shutdown_timeout_s: float = 30.0
-    rate_limit_tenant_rps: float = 0.0
-    rate_limit_tenant_burst: int = 0
-    rate_limit_user_rps: float = 0.0
-    rate_limit_user_burst: int = 0
+    rate_limit_tenant_rps: float = 500.0
+    rate_limit_tenant_burst: int = 1000
+    rate_limit_user_rps: float = 50.0
+    rate_limit_user_burst: int = 100
 
     def __post_init__(self) -> None:
         if not self.database_url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
@@ -343,9 +343,9 @@ FIELD_DOCS: dict[str, str] = {
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
     "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",
     "shutdown_timeout_s": "On SIGTERM, seconds in-flight requests get to finish before they are cancelled.",
-    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit).",
+    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit; on by default, far above what its assistants need).",
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
-    "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit).",
+    "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit; on by default, far above what one assistant needs).",
     "rate_limit_user_burst": "Requests a user may make at once above their rate (0: one second's worth).",
 }
 
