@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--user", required=True)
     token.add_argument("--role", action="append", dest="roles", metavar="ROLE",
                        help="a role (repeat for several); default: the user's roles in the directory")
-    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    token.add_argument("--ttl", type=int, default=3600,
+                       help="lifetime in seconds (default 3600; at most GATEWAY_JWT_MAX_LIFETIME_S)")
     token.add_argument("--demo", action="store_true", help=f"sign with the demo secret in ./{DEMO_SECRET_FILE}")
     token.set_defaults(handler=cmd_token)
 
@@ -182,6 +183,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     settings = load_settings(demo=args.demo)
     if settings.jwt_secret is None:
         raise SettingsError("GATEWAY_JWT_SECRET must be set to mint a token (or pass --demo)")
+    if not 0 < args.ttl <= settings.jwt_max_lifetime_s:
+        limit = settings.jwt_max_lifetime_s
+        raise SettingsError(f"--ttl must be more than 0 and at most GATEWAY_JWT_MAX_LIFETIME_S ({limit})")
     roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
     print(mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=args.ttl))
     return 0

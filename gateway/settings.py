@@ -129,11 +129,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(sorted(allowed))}; 'none' is never allowed"
             )
         if self.jwks_url is not None:
-            missing = [f"{ENV_PREFIX}{name.upper()}" for name in ("jwt_audience", "jwt_issuer") if not getattr(self, name)]
+            names = ("jwt_audience", "jwt_issuer")
+            missing = [f"{ENV_PREFIX}{name.upper()}" for name in names if not getattr(self, name)]
             if missing:
                 raise SettingsError(
-                    f"GATEWAY_JWKS_URL is set, so {' and '.join(missing)} must be set too (the aud and iss your identity "
-                    "provider puts in tokens for this gateway; without them a token it issued to another "
+                    f"GATEWAY_JWKS_URL is set, so {' and '.join(missing)} must be set too (the aud and iss your "
+                    "identity provider puts in tokens for this gateway; without them a token it issued to another "
                     "application would be accepted)"
                 )
         if self.jwt_max_lifetime_s < 1:
@@ -343,9 +344,9 @@ FIELD_DOCS: dict[str, str] = {
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
     "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",
     "shutdown_timeout_s": "On SIGTERM, seconds in-flight requests get to finish before they are cancelled.",
-    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit; on by default, far above what its assistants need).",
+    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit).",
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
-    "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit; on by default, far above what one assistant needs).",
+    "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit).",
     "rate_limit_user_burst": "Requests a user may make at once above their rate (0: one second's worth).",
 }
 

@@ -145,7 +145,9 @@ async def set_approval_mode(db: Database, slug: str, tool: str, mode: ApprovalMo
         before = await pq.get_policy(conn, tenant_id=slug, tool=tool) or DEFAULT_POLICY
         after = replace(before, approval_mode=mode)
         if after != before:
-            await pq.put_policy(conn, tenant_id=slug, tool=tool, policy=after, updated_by=OPERATOR, now=datetime.now(UTC))
+            await pq.put_policy(
+                conn, tenant_id=slug, tool=tool, policy=after, updated_by=OPERATOR, now=datetime.now(UTC)
+            )
             await append_admin_audit(
                 conn, tenant_id=slug, user_id=OPERATOR, action="tool_policy.approval_mode", target=f"tool:{tool}",
                 before=before.as_dict(), after=after.as_dict(), request_id=None, tool=tool,

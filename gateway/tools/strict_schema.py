@@ -97,7 +97,9 @@ def strict_schema(schema: Any) -> dict[str, Any]:
     except jsonschema_rs.ReferencingError:
         raise SchemaError("names a meta-schema ($schema) that is not a known JSON Schema draft") from None
     if schema.get("$schema", DRAFT_2020_12).rstrip("#") != DRAFT_2020_12:
-        raise SchemaError(f"$schema must be {DRAFT_2020_12} (or left out): other drafts read $ref and items differently")
+        raise SchemaError(
+            f"$schema must be {DRAFT_2020_12} (or left out): other drafts read $ref and items differently"
+        )
     strict = copy.deepcopy(schema)
     if strict.get("type") != "object":
         raise SchemaError('must have "type": "object" at the top level (arguments are a JSON object)')

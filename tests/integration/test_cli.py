@@ -66,6 +66,13 @@ def test_gateway_serve_without_a_secret_stops_with_a_clear_message(tmp_path):
     assert "GATEWAY_JWT_SECRET" in done.stderr and "--demo" in done.stderr
 
 
+def test_gateway_token_refuses_a_lifetime_the_gateway_would_refuse(tmp_path):
+    done = gateway("token", "--tenant", "acme", "--user", "bob", "--role", "editor", "--ttl", "86401",
+                   cwd=tmp_path, GATEWAY_JWT_SECRET=TEST_SECRET)
+    assert done.returncode == 2
+    assert "GATEWAY_JWT_MAX_LIFETIME_S (86400)" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_gateway_serve_with_a_jwks_url_but_no_audience_or_issuer_stops_with_one_line_naming_them(tmp_path):
     done = gateway("serve", "--port", "1", cwd=tmp_path, GATEWAY_JWKS_URL="https://id.example/jwks",
                    GATEWAY_DATABASE_URL="postgresql+asyncpg://gateway@127.0.0.1:1/never")
@@ -140,7 +147,8 @@ def test_gateway_tenants_approval_mode_lets_the_operator_bypass_approvals_for_on
     done = gateway("tenants", "approval-mode", "acme", "create_article", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "tenant acme, tool create_article (changes data): calls run without approval"
-    policies = asyncio.run(db.rows(seeded_pg_url, sa.text("SELECT tenant_id, tool, approval_mode, updated_by FROM tool_policies")))
+    query = sa.text("SELECT tenant_id, tool, approval_mode, updated_by FROM tool_policies")
+    policies = asyncio.run(db.rows(seeded_pg_url, query))
     assert [tuple(row) for row in policies] == [("acme", "create_article", "never", "operator:cli")]
 
     unknown = gateway("tenants", "approval-mode", "acme", "no_such_tool", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
