@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--user", required=True)
     token.add_argument("--role", action="append", dest="roles", metavar="ROLE",
                        help="a role (repeat for several); default: the user's roles in the directory")
-    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    token.add_argument("--ttl", type=int, default=3600,
+                       help="lifetime in seconds (default 3600; at most GATEWAY_JWT_MAX_LIFETIME_S)")
     token.add_argument("--demo", action="store_true", help=f"sign with the demo secret in ./{DEMO_SECRET_FILE}")
     token.set_defaults(handler=cmd_token)
 
@@ -92,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     provider.add_argument("--no-llm-provider", action="store_true", help="unpin: the gateway's default provider")
     configure.add_argument("--client-tools", choices=("allow", "refuse"),
                            help="whether a chat request may bring its own tools (default for a new tenant: refuse)")
+    approval = tenant_commands.add_parser(
+        "approval-mode", help="when a tool's calls wait for approval; only here may a tool that changes data skip it"
+    )
+    approval.add_argument("slug")
+    approval.add_argument("tool")
+    approval.add_argument("mode", choices=("never", "mutating", "always"))
     tenants.set_defaults(handler=cmd_tenants)
 
     audit = commands.add_parser("audit", help="the audit hash chain: seal, verify, anchor, prune (operator)")
@@ -188,6 +195,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     settings = load_settings(demo=args.demo)
     if settings.jwt_secret is None:
         raise SettingsError("GATEWAY_JWT_SECRET must be set to mint a token (or pass --demo)")
+    if not 0 < args.ttl <= settings.jwt_max_lifetime_s:
+        limit = settings.jwt_max_lifetime_s
+        raise SettingsError(f"--ttl must be more than 0 and at most GATEWAY_JWT_MAX_LIFETIME_S ({limit})")
     roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
     print(mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=args.ttl))
     return 0
@@ -236,6 +246,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             out = _operate(settings, operator.list_all)
         elif args.tenants_command == "configure":
             out = _operate(settings, _configure_action(args))
+        elif args.tenants_command == "approval-mode":
+            out = _operate(settings, _approval_mode_action(settings, args))
         else:
             disabled = args.tenants_command == "disable"
             out = _operate(settings, lambda db: operator.set_disabled(db, args.slug, disabled))
@@ -259,6 +271,16 @@ def _configure_action(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         provider = None
     client_tools = None if args.client_tools is None else args.client_tools == "allow"
     return lambda db: operator.configure(db, args.slug, llm_provider=provider, allow_client_tools=client_tools)
+
+
+def _approval_mode_action(settings: Settings, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from gateway.admin import operator
+    from gateway.db.policies import ApprovalMode
+    from gateway.tools.config import operator_registry
+
+    registry = operator_registry(settings)
+    mode = ApprovalMode(args.mode)
+    return lambda db: operator.set_approval_mode(db, args.slug, args.tool, mode, registry=registry)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

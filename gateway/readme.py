@@ -1,4 +1,4 @@
-"""Keep the README's generated tables (settings, error codes) in step with the code.
+"""Keep the README's generated tables (settings, error codes, identity-like argument names) in step with the code.
 
     python -m gateway.readme          # rewrite README.md in place
 A test fails when the README and the code disagree.
@@ -11,8 +11,18 @@ import sys
 from pathlib import Path
 
 from gateway import errors, settings
+from gateway.tools.strict_schema import IDENTITY_FIELDS
 
-SECTIONS = {"settings": settings.markdown_table, "errors": errors.markdown_table}
+
+def identity_fields() -> str:
+    return ", ".join(f"`{name}`" for name in IDENTITY_FIELDS) + "."
+
+
+SECTIONS = {
+    "settings": settings.markdown_table,
+    "errors": errors.markdown_table,
+    "identity-fields": identity_fields,
+}
 
 
 def render(text: str) -> str:

@@ -60,6 +60,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
     jwt_leeway_s: int = 30
+    jwt_max_lifetime_s: int = 86400
     jwks_url: str | None = None
     jwks_cache_s: int = 300
     jwks_timeout_s: float = 5.0
@@ -115,10 +116,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     workers: int = 1
     shutdown_timeout_s: float = 30.0
-    rate_limit_tenant_rps: float = 0.0
-    rate_limit_tenant_burst: int = 0
-    rate_limit_user_rps: float = 0.0
-    rate_limit_user_burst: int = 0
+    rate_limit_tenant_rps: float = 500.0
+    rate_limit_tenant_burst: int = 1000
+    rate_limit_user_rps: float = 50.0
+    rate_limit_user_burst: int = 100
 
     def __post_init__(self) -> None:
         if not self.database_url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
@@ -131,6 +132,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise SettingsError(
                 f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(sorted(allowed))}; 'none' is never allowed"
             )
+        if self.jwks_url is not None:
+            names = ("jwt_audience", "jwt_issuer")
+            missing = [f"{ENV_PREFIX}{name.upper()}" for name in names if not getattr(self, name)]
+            if missing:
+                raise SettingsError(
+                    f"GATEWAY_JWKS_URL is set, so {' and '.join(missing)} must be set too (the aud and iss your "
+                    "identity provider puts in tokens for this gateway; without them a token it issued to another "
+                    "application would be accepted)"
+                )
+        if self.jwt_max_lifetime_s < 1:
+            raise SettingsError("GATEWAY_JWT_MAX_LIFETIME_S must be at least 1")
         if self.log_format not in ("json", "console"):
             raise SettingsError("GATEWAY_LOG_FORMAT must be json or console")
         for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size",
@@ -289,9 +301,10 @@ FIELD_DOCS: dict[str, str] = {
     "PostgreSQL ends it (`idle_in_transaction_session_timeout`), so no stalled caller holds a connection and its locks.",
     "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",
     "jwt_algorithms": "Comma-separated allow-list of JWT algorithms; HS* use the secret, RS*/ES*/PS* the JWKS.",
-    "jwt_issuer": "When set, tokens must carry this `iss`.",
-    "jwt_audience": "When set, tokens must carry this `aud`.",
+    "jwt_issuer": "When set, tokens must carry this `iss`. Required with `GATEWAY_JWKS_URL`.",
+    "jwt_audience": "When set, tokens must carry this `aud`. Required with `GATEWAY_JWKS_URL`.",
     "jwt_leeway_s": "Clock skew tolerated on `exp`, `nbf` and `iat`, in seconds.",
+    "jwt_max_lifetime_s": "Longest lifetime a token may claim, in seconds: `exp - iat` (`exp - now` without `iat`).",
     "jwks_url": "URL of the identity provider's JWKS (RS256/ES256 keys).",
     "jwks_cache_s": "Seconds the JWKS is cached; an unknown `kid` refreshes it sooner (at most every 10 s).",
     "jwks_timeout_s": "Timeout of a JWKS fetch, in seconds.",

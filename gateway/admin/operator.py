@@ -4,6 +4,7 @@
     gateway tenants list
     gateway tenants disable SLUG | enable SLUG
     gateway tenants configure SLUG [--llm-provider NAME | --no-llm-provider] [--client-tools allow|refuse]
+    gateway tenants approval-mode SLUG TOOL never|mutating|always
     gateway audit seal
     gateway audit verify --tenant T [--anchor FILE]
     gateway audit anchor --tenant T [--out FILE]
@@ -15,7 +16,8 @@ every gateway process within ``GATEWAY_POLICY_CACHE_S`` seconds.
 
 The agent-loop settings are the operator's, not the tenant administrators': which model
 provider a tenant's conversations go to decides where its data is sent, and tools a
-client brings run outside the gateway's guards.
+client brings run outside the gateway's guards. So is letting a tool that changes data run
+without approval (``approval-mode ... never``): the admin API refuses it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
@@ -35,10 +38,13 @@ from gateway.audit.sealer import AuditSealer
 from gateway.audit.verify import VerifyReport, verify_chain
 from gateway.auth.service_tokens import ServiceTokenSigner
 from gateway.db.engine import Database
+from gateway.db import policies as pq
 from gateway.db.models import Tenant
+from gateway.db.policies import DEFAULT_POLICY, ApprovalMode
 from gateway.db.roles import lock_tenant
 from gateway.db.tenants import create_tenant, ensure_role, set_agent_settings
 from gateway.demo import ADMIN
+from gateway.tools.registry import ToolRegistry
 
 OPERATOR = "operator:cli"
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
@@ -131,6 +137,30 @@ async def configure(
     provider = after["llm_provider"] or "the gateway's default (none pinned)"
     tools = "allowed" if after["allow_client_tools"] else "refused"
     return f"tenant {slug}: model provider {provider}; client tools {tools}"
+
+
+async def set_approval_mode(db: Database, slug: str, tool: str, mode: ApprovalMode, *, registry: ToolRegistry) -> str:
+    """Set the approval mode of the tenant's policy for ``tool``, keeping its other fields;
+    the one way to let a tool that changes data run without approval."""
+    known = registry.get(tool)
+    if known is None:
+        raise OperatorError(f"no tool {tool!r} (the gateway's tools: {', '.join(t.name for t in registry)})")
+    async with db.begin() as conn:
+        if not await lock_tenant(conn, tenant_id=slug):
+            raise OperatorError(f"no tenant {slug!r}")
+        before = await pq.get_policy(conn, tenant_id=slug, tool=tool) or DEFAULT_POLICY
+        after = replace(before, approval_mode=mode)
+        if after != before:
+            await pq.put_policy(
+                conn, tenant_id=slug, tool=tool, policy=after, updated_by=OPERATOR, now=datetime.now(UTC)
+            )
+            await append_admin_audit(
+                conn, tenant_id=slug, user_id=OPERATOR, action="tool_policy.approval_mode", target=f"tool:{tool}",
+                before=before.as_dict(), after=after.as_dict(), request_id=None, tool=tool,
+            )
+    effect = "calls run without approval" if mode is ApprovalMode.NEVER else f"approval mode {mode.value}"
+    kind = "changes data" if known.mutates else "reads only"
+    return f"tenant {slug}, tool {tool} ({kind}): {effect}"
 
 
 async def seal(db: Database) -> str:

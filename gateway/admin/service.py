@@ -25,7 +25,7 @@ from gateway.db import policies as pq
 from gateway.db import roles as rq
 from gateway.db.engine import Database
 from gateway.db.models import AuditEvent, Tenant
-from gateway.db.policies import DEFAULT_POLICY, ToolPolicy
+from gateway.db.policies import DEFAULT_POLICY, ApprovalMode, ToolPolicy
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.base import Tool
 from gateway.tools.registry import ToolRegistry
@@ -83,6 +83,16 @@ class TenantState:
     caps: dict[str, int]
     llm_provider: str | None = None
     allow_client_tools: bool = False
+
+
+def bypasses_approval(tool: Tool, policy: ToolPolicy) -> bool:
+    """Whether ``policy`` lets calls of ``tool``, which changes data, run without an approval.
+
+    That is the operator's decision (``gateway tenants approval-mode``), never a tenant
+    administrator's: ``tools:manage`` may keep it (change other fields of such a policy) or
+    take it back, not grant it.
+    """
+    return tool.mutates and policy.approval_mode is ApprovalMode.NEVER
 
 
 def _not_found(what: str) -> GatewayError:
@@ -195,6 +205,12 @@ class TenantAdmin:
         tool = self._tool(name)
         async with self._change(principal) as conn:
             before = await pq.get_policy(conn, tenant_id=principal.tenant_id, tool=name)
+            if bypasses_approval(tool, policy) and not bypasses_approval(tool, before or DEFAULT_POLICY):
+                raise GatewayError(
+                    ErrorCode.FORBIDDEN,
+                    f"Only the operator can let a tool that changes data run without approval "
+                    f"(`gateway tenants approval-mode {principal.tenant_id} {name} never`).",
+                )
             await pq.put_policy(
                 conn, tenant_id=principal.tenant_id, tool=name, policy=policy, updated_by=principal.user_id,
                 now=datetime.now(UTC),

@@ -230,7 +230,9 @@ class ToolPolicyAdminController(Controller):
     async def put_policy(
         self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name, data: JSONBody[ToolPolicyIn]
     ) -> ToolPolicyView:
-        """Replaces the tool's policy; `GET /v1/tools` and execution follow it at once."""
+        """Replaces the tool's policy; `GET /v1/tools` and execution follow it at once.
+        `approval_mode: never` on a tool that changes data is the operator's to grant
+        (`gateway tenants approval-mode`): `403 FORBIDDEN` unless the policy already has it."""
         policy = ToolPolicy(
             enabled=data.enabled,
             approval_mode=ApprovalMode(data.approval_mode),

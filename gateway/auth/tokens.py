@@ -3,11 +3,15 @@
 HS* tokens are checked with ``GATEWAY_JWT_SECRET``; RS*/ES*/PS* tokens with a key from
 the JWKS, chosen by ``kid``. The algorithm must be on the allow-list *and* match the key's
 family, so ``none`` and algorithm confusion (an HS256 token "signed" with an RSA public
-key) are refused. Every failure raises ``InvalidToken``; the reason is for logs only.
+key) are refused. ``exp`` is required and, with ``iat`` (or the current time without it),
+may span at most ``GATEWAY_JWT_MAX_LIFETIME_S``: a token that never really expires is
+refused, as is one whose times are not finite numbers. Every failure raises
+``InvalidToken``; the reason is for logs only.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import jwt
@@ -76,6 +80,7 @@ class TokenVerifier:
         self._issuer = settings.jwt_issuer
         self._audience = settings.jwt_audience
         self._leeway = settings.jwt_leeway_s
+        self._max_lifetime_s = settings.jwt_max_lifetime_s
         self._jwks = jwks
         required = ["exp", "sub"]
         if self._issuer:
@@ -94,11 +99,11 @@ class TokenVerifier:
         cached = self._cache.get(token, now, self._leeway)
         if cached is not None:
             return cached
-        claims, not_before = await self._verify(token)
+        claims, not_before = await self._verify(token, now)
         self._cache.put(token, claims, not_before, now, self._leeway)
         return claims
 
-    async def _verify(self, token: str) -> tuple[Claims, float | None]:
+    async def _verify(self, token: str, now: float) -> tuple[Claims, float | None]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -129,12 +134,21 @@ class TokenVerifier:
             claims = msgspec.convert(payload, Claims, strict=True)
         except msgspec.ValidationError:
             raise InvalidToken("claim_type") from None
+        self._check_lifetime(claims.exp, payload.get("iat"), now)
         if _bad_text(claims.sub, 128) or _bad_text(claims.tenant_id, 64):
             raise InvalidToken("claim_value")
         if any(_bad_text(role, 64) for role in claims.roles):
             raise InvalidToken("claim_value")
         not_before = payload.get("nbf")
         return claims, float(not_before) if isinstance(not_before, int | float) else None
+
+    def _check_lifetime(self, exp: float, issued_at: object, now: float) -> None:
+        start = issued_at if isinstance(issued_at, int | float) and not isinstance(issued_at, bool) else now
+        if any(isinstance(value, float) and not math.isfinite(value) for value in (exp, start)):
+            raise InvalidToken("claim_value")
+        # Compared, never subtracted: an int exp of 10**400 is exact here and overflows a float.
+        if exp > start + self._max_lifetime_s:
+            raise InvalidToken("lifetime_too_long")
 
     async def _key_for(self, algorithm: str, kid: object) -> object:
         family = _KEY_FAMILY.get(algorithm[:2])

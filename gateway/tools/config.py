@@ -35,9 +35,11 @@ import yaml
 
 from gateway.settings import Settings, SettingsError
 from gateway.tools.base import Tool
+from gateway.tools.builtin import builtin_tools
 from gateway.tools.http import ErrorExposure, ServiceCalls, http_tool
 from gateway.tools.http_request import RequestTemplate, RequestTemplateError, ServiceEndpoint
 from gateway.tools.json_arguments import SchemaError, strict_schema
+from gateway.tools.registry import ToolRegistry
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SERVICE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -162,6 +164,15 @@ def load_http_tools(settings: Settings, calls: ServiceCalls, *, reserved_names: 
         taken.add(tool.name)
         tools.append(tool)
     return tools
+
+
+def operator_registry(settings: Settings) -> ToolRegistry:
+    """The tools a gateway with ``settings`` has (built-ins and the tools file), for operator
+    commands that name a tool; nothing here can call a service (no signer, no client)."""
+    registry = ToolRegistry(builtin_tools())
+    for tool in load_http_tools(settings, ServiceCalls(None), reserved_names=(tool.name for tool in registry)):
+        registry.register(tool)
+    return registry
 
 
 def _build_tool(

@@ -1,8 +1,8 @@
 """Arguments described by a declared JSON Schema (HTTP tools), validated with jsonschema-rs.
 
-The schema is checked as a schema when the tool is declared, made strict (every object,
-nested ones included, gets ``additionalProperties: false``; a schema that allows more is
-refused) and compiled once; validating a small object then costs well under a microsecond.
+The schema is checked as a schema when the tool is declared, made strict (the rule is in
+``gateway.tools.strict_schema``: no field it does not name can get through, at any depth, or
+the tool is refused) and compiled once; validating a small object then costs well under a microsecond.
 
 Error messages name the field and what was expected. They never quote the value the model
 sent (jsonschema-rs's own messages do), so a secret in a sensitive field cannot be echoed.
@@ -10,7 +10,6 @@ sent (jsonschema-rs's own messages do), so a secret in a sensitive field cannot 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -18,68 +17,11 @@ import jsonschema_rs
 import msgspec
 
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, decode_arguments
+from gateway.tools.strict_schema import SchemaError, strict_schema
+
+__all__ = ["JsonSchemaArguments", "SchemaError", "describe_error", "strict_schema"]
 
 _decoder = msgspec.json.Decoder()
-
-# Keywords whose value is one schema, a list of schemas, or a name -> schema map.
-_ONE_SCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "propertyNames",
-               "unevaluatedItems")
-_SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_MAP = ("properties", "$defs", "definitions", "dependentSchemas")
-
-
-class SchemaError(ValueError):
-    """A declared argument schema is not acceptable; the message says where and why."""
-
-
-def strict_schema(schema: Any) -> dict[str, Any]:
-    """A checked, strict copy of ``schema``: valid JSON Schema, an object at the top, and no
-    object anywhere in it that accepts fields it does not name."""
-    if not isinstance(schema, dict):
-        raise SchemaError("must be a JSON Schema object")
-    try:
-        jsonschema_rs.meta.validate(schema)
-    except jsonschema_rs.ValidationError as exc:
-        where = _path(exc.instance_path) or "(top level)"
-        raise SchemaError(f"is not a valid JSON Schema at {where}: {_first_line(exc.message)}") from None
-    except jsonschema_rs.ReferencingError:
-        raise SchemaError("names a meta-schema ($schema) that is not a known JSON Schema draft") from None
-    strict = copy.deepcopy(schema)
-    if strict.get("type") != "object":
-        raise SchemaError('must have "type": "object" at the top level (arguments are a JSON object)')
-    _make_strict(strict, "")
-    strict.setdefault("properties", {})
-    return strict
-
-
-def _make_strict(node: Any, where: str) -> None:
-    if not isinstance(node, dict):
-        return
-    ref = node.get("$ref")
-    if ref is not None and not str(ref).startswith("#"):
-        raise SchemaError(f"{where or '(top level)'}: only local $ref (\"#/...\") is allowed, not {ref!r}")
-    types = node.get("type")
-    is_object = types == "object" or (isinstance(types, list) and "object" in types) or "properties" in node
-    if is_object:
-        for keyword in ("patternProperties", "unevaluatedProperties"):
-            if keyword in node and node[keyword] is not False:
-                raise SchemaError(f"{where or '(top level)'}: {keyword} is not allowed (arguments are strict)")
-        extra = node.get("additionalProperties", False)
-        if extra is not False:
-            raise SchemaError(
-                f"{where or '(top level)'}: additionalProperties must be false (arguments are strict); "
-                "name every field under properties"
-            )
-        node["additionalProperties"] = False
-    for keyword in _ONE_SCHEMA:
-        if keyword in node:
-            _make_strict(node[keyword], f"{where}/{keyword}")
-    for keyword in _SCHEMA_LIST:
-        for index, item in enumerate(node.get(keyword) or ()):
-            _make_strict(item, f"{where}/{keyword}/{index}")
-    for keyword in _SCHEMA_MAP:
-        for name, item in (node.get(keyword) or {}).items():
-            _make_strict(item, f"{where}/{keyword}/{name}")
 
 
 def _compile(schema: dict[str, Any]) -> Any:

@@ -10,13 +10,30 @@ import sqlalchemy as sa
 from gateway.db.models import Tenant
 from tests.support import db
 from tests.support.http import assert_error
-from tests.support.keys import claims, ec_key, hs256_with_raw_key, public_pem, rsa_key, signed, unsigned
-from tests.support.tokens import auth, auth_for, make_token
+from tests.support import keys, tokens
+from tests.support.keys import ec_key, hs256_with_raw_key, public_pem, rsa_key, signed, unsigned
+from tests.support.tokens import auth
+
+ISSUER, AUDIENCE = "https://id.acme.example", "gateway"
+FOR_US = {"iss": ISSUER, "aud": AUDIENCE}
+
+
+def claims(**changes):
+    """Claims as the identity provider issues them for this gateway."""
+    return keys.claims(**{**FOR_US, **changes})
+
+
+def make_token(*args, extra=None, **kwargs):
+    return tokens.make_token(*args, extra={**FOR_US, **(extra or {})}, **kwargs)
+
+
+def auth_for(user="alice", tenant="acme", **kwargs):
+    return auth(make_token(tenant, user, **kwargs))
 
 
 @pytest.fixture
 def settings_overrides(jwks_server):
-    return {"jwks_url": jwks_server.url}
+    return {"jwks_url": jwks_server.url, "jwt_issuer": ISSUER, "jwt_audience": AUDIENCE}
 
 
 async def tools_with(client, headers):
@@ -145,3 +162,20 @@ async def test_an_identity_claim_holding_nul_is_unauthenticated(client):
     # Signed or not, such an identity could never be stored (PostgreSQL text cannot hold NUL).
     response = await client.post("/v1/runs", headers=auth_for("alice", extra={"sub": "alice\u0000"}))
     assert_unauthenticated(response)
+
+
+async def test_a_token_the_provider_issued_for_another_application_is_unauthenticated(client):
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims(aud="another-client"))
+    assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+@pytest.mark.parametrize("exp", [1e300, 10**400, float("inf"), float("nan")], ids=["1e300", "10**400", "inf", "nan"])
+async def test_an_exp_far_in_the_future_or_not_finite_is_unauthenticated_never_a_500(client, exp):
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims(exp=exp))
+    assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+async def test_a_token_longer_lived_than_the_cap_is_unauthenticated(client):
+    now = int(time.time())
+    token = signed(ec_key("ec-1"), "ES256", "ec-1", claims(iat=now - 60, exp=now + 86_400))
+    assert_unauthenticated(await tools_with(client, auth(token)))

@@ -11,12 +11,14 @@ import msgspec
 import pytest
 from litestar.testing import AsyncTestClient
 
+from gateway.admin.operator import OperatorError
 from gateway.app import create_app
 from gateway.tools.base import Tool, ToolContext, struct_tool
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
 from tests.conftest import make_settings, seeded
 from tests.support.calls import call_tools, new_run, outcome, set_policy, tool_call, tool_names
+from tests.support.db import audit_rows, set_approval_mode
 from tests.support.tokens import auth_for
 
 
@@ -81,8 +83,8 @@ async def test_approval_mode_always_holds_back_a_read_only_tool(policy_client):
     assert content["error"]["approval_id"].startswith("apr_")
 
 
-async def test_approval_mode_never_runs_a_mutating_tool_at_once(policy_client):
-    await set_policy(policy_client, "create_article", {"approval_mode": "never"})
+async def test_approval_mode_never_runs_a_mutating_tool_at_once(policy_client, database_url):
+    await set_approval_mode(database_url, "create_article", "never")
     run = await new_run(policy_client, "bob")
     [content] = await call_tools(
         policy_client, run, [tool_call("create_article", {"title": "Now", "body": "No wait."})], "bob"
@@ -195,3 +197,62 @@ async def test_an_approved_call_honours_a_tool_disabled_since_the_request(policy
     response = await policy_client.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol"))
     assert response.status_code == 200
     assert response.json()["outcome"]["code"] == "PERMISSION_DENIED"
+
+
+# --- letting a tool that changes data run without approval is the operator's decision -----
+
+
+async def test_tools_manage_alone_cannot_turn_approvals_off_for_a_mutating_tool(policy_client, database_url):
+    response = await policy_client.put(
+        "/v1/admin/tools/create_article", json={"approval_mode": "never"}, headers=auth_for("carol")
+    )
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "FORBIDDEN"
+    assert "gateway tenants approval-mode acme create_article never" in response.json()["error"]["message"]
+    view = (await policy_client.get("/v1/admin/tools/create_article", headers=auth_for("carol"))).json()
+    assert view["policy"]["approval_mode"] == "mutating" and view["customised"] is False
+    assert await audit_rows(database_url, tenant_id="acme", kind="admin_change") == []
+    run = await new_run(policy_client, "bob")
+    [held] = await call_tools(policy_client, run, [tool_call("create_article", {"title": "T", "body": "B"})], "bob")
+    assert outcome(held) == "APPROVAL_REQUIRED"
+
+
+async def test_approval_mode_never_on_a_read_only_tool_is_a_tenant_administrators_choice(policy_client):
+    assert (await set_policy(policy_client, "add", {"approval_mode": "never"}))["policy"]["approval_mode"] == "never"
+
+
+async def test_the_operators_bypass_is_audited_with_before_and_after(policy_client, database_url):
+    said = await set_approval_mode(database_url, "create_article", "never")
+    assert said == "tenant acme, tool create_article (changes data): calls run without approval"
+    [row] = await audit_rows(database_url, tenant_id="acme", kind="admin_change")
+    assert (row.user_id, row.tool) == ("operator:cli", "create_article")
+    assert row.detail["action"] == "tool_policy.approval_mode"
+    assert row.detail["before"]["approval_mode"] == "mutating"
+    assert row.detail["after"]["approval_mode"] == "never"
+    assert await audit_rows(database_url, tenant_id="globex", kind="admin_change") == []
+
+
+async def test_an_administrator_may_keep_or_take_back_the_operators_bypass_but_not_grant_it(
+    policy_client, database_url
+):
+    await set_approval_mode(database_url, "create_article", "never")
+    kept = await set_policy(policy_client, "create_article", {"approval_mode": "never", "max_calls_per_run": 5})
+    assert (kept["policy"]["approval_mode"], kept["policy"]["max_calls_per_run"]) == ("never", 5)
+    await set_policy(policy_client, "create_article", {"approval_mode": "mutating"})
+    again = await policy_client.put(
+        "/v1/admin/tools/create_article", json={"approval_mode": "never"}, headers=auth_for("carol")
+    )
+    assert again.status_code == 403 and again.json()["error"]["code"] == "FORBIDDEN"
+
+
+async def test_the_operator_action_keeps_the_policys_other_fields_and_refuses_unknown_names(
+    policy_client, database_url
+):
+    await set_policy(policy_client, "create_article", {"max_calls_per_run": 3})
+    await set_approval_mode(database_url, "create_article", "never")
+    view = (await policy_client.get("/v1/admin/tools/create_article", headers=auth_for("carol"))).json()
+    assert (view["policy"]["approval_mode"], view["policy"]["max_calls_per_run"]) == ("never", 3)
+    with pytest.raises(OperatorError, match="no tool 'create_articles'"):
+        await set_approval_mode(database_url, "create_articles", "never")
+    with pytest.raises(OperatorError, match="no tenant 'initech'"):
+        await set_approval_mode(database_url, "create_article", "never", tenant="initech")

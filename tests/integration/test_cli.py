@@ -66,6 +66,21 @@ def test_gateway_serve_without_a_secret_stops_with_a_clear_message(tmp_path):
     assert "GATEWAY_JWT_SECRET" in done.stderr and "--demo" in done.stderr
 
 
+def test_gateway_token_refuses_a_lifetime_the_gateway_would_refuse(tmp_path):
+    done = gateway("token", "--tenant", "acme", "--user", "bob", "--role", "editor", "--ttl", "86401",
+                   cwd=tmp_path, GATEWAY_JWT_SECRET=TEST_SECRET)
+    assert done.returncode == 2
+    assert "GATEWAY_JWT_MAX_LIFETIME_S (86400)" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_gateway_serve_with_a_jwks_url_but_no_audience_or_issuer_stops_with_one_line_naming_them(tmp_path):
+    done = gateway("serve", "--port", "1", cwd=tmp_path, GATEWAY_JWKS_URL="https://id.example/jwks",
+                   GATEWAY_DATABASE_URL="postgresql+asyncpg://gateway@127.0.0.1:1/never")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "GATEWAY_JWT_AUDIENCE" in done.stderr and "GATEWAY_JWT_ISSUER" in done.stderr
+
+
 @pytest.mark.parametrize("backend", ["sqlite_url", "pg_url"])
 def test_gateway_seed_demo_is_idempotent(request, backend):
     url = request.getfixturevalue(backend)
@@ -126,3 +141,15 @@ def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line(tmp_path):
             process.kill()
             process.wait(timeout=5)
         process.stdout.close()
+
+
+def test_gateway_tenants_approval_mode_lets_the_operator_bypass_approvals_for_one_tool(seeded_pg_url):
+    done = gateway("tenants", "approval-mode", "acme", "create_article", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "tenant acme, tool create_article (changes data): calls run without approval"
+    query = sa.text("SELECT tenant_id, tool, approval_mode, updated_by FROM tool_policies")
+    policies = asyncio.run(db.rows(seeded_pg_url, query))
+    assert [tuple(row) for row in policies] == [("acme", "create_article", "never", "operator:cli")]
+
+    unknown = gateway("tenants", "approval-mode", "acme", "no_such_tool", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
+    assert unknown.returncode == 1 and "no tool 'no_such_tool'" in unknown.stderr

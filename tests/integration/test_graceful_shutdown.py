@@ -26,7 +26,9 @@ SIGNAL_AFTER = 40
 
 async def test_sigterm_mid_load_loses_no_audit_row_of_an_acknowledged_call(pg_url: str, tmp_path: Path) -> None:
     await seeded(pg_url)
-    gateway = start_gateway(gateway_env(pg_url), tmp_path / "gateway.log", "--no-migrate")
+    # A load test: its one user sends far more than the default rate limits allow.
+    env = gateway_env(pg_url, rate_limit_user_rps=0, rate_limit_tenant_rps=0)
+    gateway = start_gateway(env, tmp_path / "gateway.log", "--no-migrate")
     try:
         await asyncio.to_thread(wait_until_ready, gateway)
         headers = auth_for("alice")

@@ -14,7 +14,8 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from tests.support.app import make_settings, seeded
-from tests.support.calls import call_tools, new_run, outcome, set_policy, tool_call
+from tests.support.calls import call_tools, new_run, outcome, tool_call
+from tests.support.db import set_approval_mode
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.postgres
@@ -83,7 +84,7 @@ async def test_an_approved_call_that_records_fine_commits_its_write_once(pg_clie
 
 async def test_a_mutating_call_admitted_without_approval_is_atomic_with_its_record(pg_client, pg_url):
     """Needs the executor to run CallPlan.transactional calls through TransactionalCalls.run_plan."""
-    await set_policy(pg_client, "create_article", {"approval_mode": "never"})
+    await set_approval_mode(pg_url, "create_article", "never")
     await _sql(pg_url, REFUSE_SUCCESS_AUDIT)
     run = await new_run(pg_client, "bob")
     response = await pg_client.post(

@@ -68,3 +68,16 @@ async def expire_run(url: str, run_id: str) -> None:
 async def expire_approval(url: str, approval_id: str) -> None:
     table = Approval.__table__
     await execute(url, sa.update(table).where(table.c.id == approval_id).values(expires_at=past()))
+
+
+async def set_approval_mode(url: str, tool: str, mode: str, tenant: str = "acme", *, registry: Any = None) -> str:
+    """What the operator does with `gateway tenants approval-mode TENANT TOOL MODE`."""
+    from gateway.admin import operator
+    from gateway.db.policies import ApprovalMode
+    from gateway.tools.builtin import builtin_tools
+    from gateway.tools.registry import ToolRegistry
+
+    async with open_database(url) as db:
+        return await operator.set_approval_mode(
+            db, tenant, tool, ApprovalMode(mode), registry=registry or ToolRegistry(builtin_tools())
+        )

@@ -74,7 +74,10 @@ def test_a_short_secret_stops_start_up():
 
 def test_a_secret_or_a_jwks_url_is_enough():
     Settings.from_env({"GATEWAY_JWT_SECRET": SECRET}).require_signing_setup()
-    Settings.from_env({"GATEWAY_JWKS_URL": "https://id.example/jwks"}).require_signing_setup()
+    Settings.from_env({
+        "GATEWAY_JWKS_URL": "https://id.example/jwks", "GATEWAY_JWT_AUDIENCE": "gateway",
+        "GATEWAY_JWT_ISSUER": "https://id.example",
+    }).require_signing_setup()
 
 
 def test_settings_are_frozen():
@@ -90,3 +93,26 @@ def test_unknown_fields_are_refused():
 
 def test_every_field_is_documented():
     assert set(FIELD_DOCS) == set(Settings.__struct_fields__)
+
+
+@pytest.mark.parametrize(
+    ("present", "missing"),
+    [
+        ({}, ["GATEWAY_JWT_AUDIENCE", "GATEWAY_JWT_ISSUER"]),
+        ({"GATEWAY_JWT_ISSUER": "https://id.example"}, ["GATEWAY_JWT_AUDIENCE"]),
+        ({"GATEWAY_JWT_AUDIENCE": "gateway"}, ["GATEWAY_JWT_ISSUER"]),
+    ],
+)
+def test_a_jwks_url_without_audience_and_issuer_stops_start_up_naming_them(present, missing):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"GATEWAY_JWKS_URL": "https://id.example/jwks", **present})
+    message = str(caught.value)
+    assert "\n" not in message
+    assert all(name in message for name in missing)
+    assert all(name not in message for name in {"GATEWAY_JWT_AUDIENCE", "GATEWAY_JWT_ISSUER"} - set(missing))
+
+
+def test_the_token_lifetime_cap_defaults_to_a_day_and_must_be_positive():
+    assert Settings.from_env({}).jwt_max_lifetime_s == 86_400
+    with pytest.raises(SettingsError, match="GATEWAY_JWT_MAX_LIFETIME_S"):
+        Settings.from_env({"GATEWAY_JWT_MAX_LIFETIME_S": "0"})

@@ -26,6 +26,9 @@ from tests.support.loopback import JwksServer
 from tests.support.tokens import TEST_SECRET, make_token
 
 
+ISSUER, AUDIENCE = "https://id.example", "gateway"
+
+
 def settings(**overrides) -> Settings:
     return Settings(**{"jwt_secret": TEST_SECRET, "jwt_leeway_s": 0, **overrides})
 
@@ -43,7 +46,7 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def jwks_verifier(server: JwksServer, http: httpx.AsyncClient, *, min_refresh_interval_s: float = 10.0, **overrides) -> TokenVerifier:
-    config = settings(jwks_url=server.url, **overrides)
+    config = settings(**{"jwks_url": server.url, "jwt_issuer": ISSUER, "jwt_audience": AUDIENCE, **overrides})
     cache = JwksCache(server.url, http, cache_s=300, timeout_s=5, min_refresh_interval_s=min_refresh_interval_s)
     return TokenVerifier(config, cache)
 
@@ -141,9 +144,6 @@ async def test_an_empty_or_oversized_identity_is_refused(changes):
 
 # --- issuer and audience -----------------------------------------------------------------
 
-ISSUER, AUDIENCE = "https://id.example", "gateway"
-
-
 async def test_iss_and_aud_are_accepted_when_they_match():
     verifier = TokenVerifier(settings(jwt_issuer=ISSUER, jwt_audience=AUDIENCE))
     assert (await verifier.verify(make_token(extra={"iss": ISSUER, "aud": AUDIENCE}))).sub == "alice"
@@ -176,71 +176,120 @@ async def test_iss_and_aud_are_ignored_when_not_configured():
 # --- RS256 / ES256 from a JWKS -----------------------------------------------------------
 
 
+def idp_claims(**changes) -> dict:
+    """Claims as the identity provider issues them for this gateway (JWKS mode needs iss and aud)."""
+    return claims(**{"iss": ISSUER, "aud": AUDIENCE, **changes})
+
+
 async def test_an_rs256_token_is_verified_with_the_jwks_key(jwks_server, http):
-    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims(user="bob"))
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims(user="bob"))
     assert (await jwks_verifier(jwks_server, http).verify(token)).sub == "bob"
 
 
 async def test_an_es256_token_is_verified_with_the_jwks_key(jwks_server, http):
-    token = signed(ec_key("ec-1"), "ES256", "ec-1", claims(user="carol"))
+    token = signed(ec_key("ec-1"), "ES256", "ec-1", idp_claims(user="carol"))
     assert (await jwks_verifier(jwks_server, http).verify(token)).sub == "carol"
 
 
 async def test_jwks_keys_are_cached(jwks_server, http):
     verifier = jwks_verifier(jwks_server, http)
     for user in ("u1", "u2", "u3"):
-        await verifier.verify(signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims(user=user)))
-    await verifier.verify(signed(ec_key("ec-1"), "ES256", "ec-1", claims(user="u4")))
+        await verifier.verify(signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims(user=user)))
+    await verifier.verify(signed(ec_key("ec-1"), "ES256", "ec-1", idp_claims(user="u4")))
     assert jwks_server.fetches == 1
 
 
 async def test_an_unknown_kid_refreshes_the_keys_for_a_rotation(jwks_server, http):
     verifier = jwks_verifier(jwks_server, http, min_refresh_interval_s=0)
-    await verifier.verify(signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims()))
+    await verifier.verify(signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims()))
     jwks_server.keys = [public_jwk("rsa-2", rsa_key("rsa-2"), "RS256")]  # the provider rotates
-    token = signed(rsa_key("rsa-2"), "RS256", "rsa-2", claims(user="after-rotation"))
+    token = signed(rsa_key("rsa-2"), "RS256", "rsa-2", idp_claims(user="after-rotation"))
     assert (await verifier.verify(token)).sub == "after-rotation"
     assert jwks_server.fetches == 2
 
 
 async def test_unknown_kids_refresh_at_most_once_per_interval(jwks_server, http):
     verifier = jwks_verifier(jwks_server, http, min_refresh_interval_s=3600)
-    await verifier.verify(signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims()))
+    await verifier.verify(signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims()))
     for n in range(5):
-        token = signed(rsa_key("rsa-1"), "RS256", f"made-up-{n}", claims())
+        token = signed(rsa_key("rsa-1"), "RS256", f"made-up-{n}", idp_claims())
         assert await refused(verifier, token) == "unknown_kid"
     assert jwks_server.fetches == 1
 
 
 async def test_a_token_without_kid_is_refused_for_jwks_algorithms(jwks_server, http):
-    token = signed(rsa_key("rsa-1"), "RS256", None, claims())
+    token = signed(rsa_key("rsa-1"), "RS256", None, idp_claims())
     assert await refused(jwks_verifier(jwks_server, http), token) == "unknown_kid"
 
 
 async def test_a_token_signed_by_a_key_not_in_the_jwks_is_refused(jwks_server, http):
-    token = signed(rsa_key("attacker"), "RS256", "rsa-1", claims())
+    token = signed(rsa_key("attacker"), "RS256", "rsa-1", idp_claims())
     assert await refused(jwks_verifier(jwks_server, http), token) == "invalid"
 
 
 async def test_a_key_of_another_family_is_refused(jwks_server, http):
-    token = signed(rsa_key("rsa-1"), "RS256", "ec-1", claims())
+    token = signed(rsa_key("rsa-1"), "RS256", "ec-1", idp_claims())
     assert await refused(jwks_verifier(jwks_server, http), token) == "key_algorithm_mismatch"
 
 
 async def test_an_hs256_token_signed_with_the_rsa_public_key_is_refused(jwks_server, http):
     """Algorithm confusion: the attacker knows the public key and uses it as an HMAC secret."""
-    token = hs256_with_raw_key(public_pem(rsa_key("rsa-1")), claims(roles=["admin"]), kid="rsa-1")
+    token = hs256_with_raw_key(public_pem(rsa_key("rsa-1")), idp_claims(roles=["admin"]), kid="rsa-1")
     assert await refused(jwks_verifier(jwks_server, http), token) == "invalid"
     without_secret = jwks_verifier(jwks_server, http, jwt_secret=None)
     assert await refused(without_secret, token) == "no_secret_configured"
 
 
 async def test_rs256_is_refused_without_a_jwks():
-    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims())
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims())
     assert await refused(TokenVerifier(settings()), token) == "no_jwks_configured"
 
 
 async def test_an_unreachable_jwks_refuses_the_token_without_raising_anything_else(http):
     cache = JwksCache("http://127.0.0.1:9/jwks", http, cache_s=300, timeout_s=1)
-    verifier = TokenVerifier(settings(jwks_url="http://127.0.0.1:9/jwks"), cache)
-    assert await refused(verifier, signed(rsa_key("rsa-1"), "RS256", "rsa-1", claims())) == "unknown_kid"
+    verifier = TokenVerifier(settings(jwks_url="http://127.0.0.1:9/jwks", jwt_issuer=ISSUER, jwt_audience=AUDIENCE), cache)
+    assert await refused(verifier, signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims())) == "unknown_kid"
+
+
+# --- production defaults: audience, issuer and lifetime ----------------------------------
+
+
+async def test_a_token_the_provider_issued_for_another_application_is_refused(jwks_server, http):
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims(aud="another-client"))
+    assert await refused(jwks_verifier(jwks_server, http), token) == "wrong_issuer_or_audience"
+
+
+async def test_a_token_of_another_issuer_signed_with_a_known_key_is_refused(jwks_server, http):
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims(iss="https://other-tenant.id.example"))
+    assert await refused(jwks_verifier(jwks_server, http), token) == "wrong_issuer_or_audience"
+
+
+@pytest.mark.parametrize("exp", [1e300, 10**400, 2**63], ids=["1e300", "10**400", "2**63"])
+async def test_an_exp_far_in_the_future_is_refused(jwks_server, http, exp):
+    token = signed(rsa_key("rsa-1"), "RS256", "rsa-1", idp_claims(exp=exp))
+    assert await refused(jwks_verifier(jwks_server, http), token) == "lifetime_too_long"
+
+
+@pytest.mark.parametrize("exp", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+async def test_a_non_finite_exp_is_refused(exp):
+    assert await refused(TokenVerifier(settings()), make_token(extra={"exp": exp})) in ("invalid", "expired")
+
+
+async def test_the_lifetime_is_exp_minus_iat():
+    verifier = TokenVerifier(settings(jwt_max_lifetime_s=3600))
+    now = int(time.time())
+    assert (await verifier.verify(make_token(extra={"iat": now - 3000, "exp": now + 600}))).sub == "alice"
+    too_long = make_token(extra={"iat": now - 3000, "exp": now + 601})
+    assert await refused(verifier, too_long) == "lifetime_too_long"
+
+
+async def test_without_iat_the_lifetime_is_counted_from_now():
+    verifier = TokenVerifier(settings(jwt_max_lifetime_s=3600))
+    assert (await verifier.verify(make_token(ttl=1800, drop=("iat",)))).sub == "alice"
+    assert await refused(verifier, make_token(ttl=7200, drop=("iat",))) == "lifetime_too_long"
+
+
+async def test_the_default_lifetime_is_a_day():
+    verifier = TokenVerifier(settings())
+    assert (await verifier.verify(make_token(ttl=86_400))).sub == "alice"
+    assert await refused(verifier, make_token(ttl=86_400 + 60)) == "lifetime_too_long"

@@ -1,0 +1,232 @@
+"""The strictness rule is total: whatever a declared schema says, a field it does not name
+never gets through decoding, at any depth; a schema the rule cannot close is refused at
+start, naming the place; identity-like names are refused anywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from gateway.tools.base import ArgumentsInvalid
+from gateway.tools.json_arguments import JsonSchemaArguments
+from gateway.tools.strict_schema import IDENTITY_FIELDS, SchemaError, is_identity_field, strict_schema
+
+SMUGGLED = {"meta": {"user_id": "carol", "tenant_id": "globex", "roles": ["admin"]}}
+
+
+def top(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        (top(meta={}), "/properties/meta: could accept an object"),
+        (top(meta=True), "/properties/meta: could accept an object"),
+        (top(meta={"description": "anything"}), "/properties/meta: could accept an object"),
+        (top(meta={"type": "array"}), "/properties/meta: could accept an array"),
+        (top(meta={"type": "array", "items": True}), "/properties/meta/items: could accept an object"),
+        (top(meta={"type": "array", "items": {}}), "/properties/meta/items: could accept an object"),
+        (top(meta={"type": "array", "prefixItems": [{"type": "string"}]}), "/properties/meta: could accept an array"),
+        (top(meta={"anyOf": [{}, {"type": "string"}]}), "/properties/meta: could accept an object"),
+        (top(meta={"oneOf": [{"type": "string"}, {"minProperties": 1}]}), "/properties/meta: could accept an object"),
+        (top(meta={"type": ["object", "string"], "properties": {"x": {"not": {"type": "string"}}}}),
+         "/properties/meta/properties/x: could accept an object"),
+        (top(meta={"if": {"type": "string"}, "then": {"type": "string"}}), "/properties/meta: could accept an object"),
+        (top(meta={"type": "object", "additionalProperties": {"type": "string"}}),
+         "/properties/meta: additionalProperties must be false"),
+        (top(meta={"type": "object", "patternProperties": {"^x": {"type": "string"}}}),
+         "/properties/meta: patternProperties is not allowed"),
+        (top(meta={"type": "object", "unevaluatedProperties": False}), "unevaluatedProperties is not allowed"),
+        (top(meta={"type": "object", "propertyNames": {"maxLength": 3}}), "propertyNames is not allowed"),
+        (top(meta={"type": "object", "dependentSchemas": {"a": {}}}), "dependentSchemas is not allowed"),
+        (top(meta={"type": "string", "nullable": True}), "the keyword 'nullable' is not supported"),
+        (top(meta={"type": "object", "$defs": {"a": {"type": "string"}}}), "\\$defs is only allowed at the top level"),
+        (top(meta={"$id": "https://x.example/m", "type": "string"}), "the keyword '\\$id' is not supported"),
+        (top(meta={"$ref": "#/properties/other"}), "\\$ref must be"),
+        (top(meta={"$ref": "#/$defs/missing"}), "\\$ref must be"),
+        ({**top(meta={"$ref": "#/$defs/m"}), "$defs": {"m": {}}}, "/\\$defs/m: could accept an object"),
+        ({**top(), "$schema": "http://json-schema.org/draft-07/schema#"}, "\\$schema must be"),
+    ],
+)
+def test_a_schema_that_could_let_an_unnamed_field_through_is_refused_naming_the_place(schema: Any, where: str):
+    with pytest.raises(SchemaError, match=where):
+        strict_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        top(meta={"type": "object", "properties": {"note": {"type": "string"}}}),
+        top(meta={"type": ["object", "null"], "properties": {"note": {"type": "string"}}}),
+        top(meta={"type": "array", "items": {"type": "object", "properties": {"note": {"type": "string"}}}}),
+        top(meta={"type": "array", "prefixItems": [{"type": "object"}], "items": {"type": "object"}}),
+        top(meta={"anyOf": [{"type": "object", "properties": {"note": {"type": "string"}}}, {"type": "string"}]}),
+        top(meta={"oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "integer"}}, {"type": "null"}]}),
+        top(meta={"allOf": [{"type": "object", "properties": {"note": {"type": "string"}}}, {}]}),
+        top(meta={"if": {"type": "string"}, "then": {"minLength": 1}, "else": {"type": "object"}, "type": "string"}),
+        top(meta={"if": {"required": ["a"]}, "then": {"type": "object"}, "else": {"type": "array", "items": False}}),
+        {**top(meta={"$ref": "#/$defs/m"}), "$defs": {"m": {"type": "object", "properties": {"note": {"type": "string"}}}}},
+        {**top(meta={"$ref": "#/definitions/m"}), "definitions": {"m": {"type": "object"}}},
+        top(meta={"$ref": "#"}),
+        top(meta={"const": {"note": "fixed"}}),
+        top(meta={"enum": [{"note": "a"}, ["b"]]}),
+    ],
+)
+def test_the_smuggled_identity_never_gets_through_a_schema_the_rule_accepts(schema: dict[str, Any]):
+    with pytest.raises(ArgumentsInvalid, match="`meta.user_id`|`meta`|Unknown field"):
+        JsonSchemaArguments(schema).decode(msgspec.json.encode(SMUGGLED))
+
+
+def test_an_open_branch_is_fine_under_a_parent_that_closes_the_object():
+    schema = strict_schema({
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+        "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+    })
+    assert schema["additionalProperties"] is False
+    assert "additionalProperties" not in schema["anyOf"][0]
+
+
+def test_conditions_are_checked_but_never_made_strict():
+    schema = strict_schema(top(a={"type": "object", "not": {"type": "object", "properties": {"x": {"type": "string"}}}}))
+    assert "additionalProperties" not in schema["properties"]["a"]["not"]
+    assert schema["properties"]["a"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("name", [*IDENTITY_FIELDS, "userId", "Tenant-ID", "ROLES", "ownerId"])
+def test_identity_like_names_are_refused_anywhere_in_the_schema(name: str):
+    assert is_identity_field(name)
+    places = [
+        top(**{name: {"type": "string"}}),
+        top(meta={"type": "array", "items": {"type": "object", "properties": {name: {"type": "string"}}}}),
+        {**top(m={"$ref": "#/$defs/m"}), "$defs": {"m": {"type": "object", "properties": {name: {"type": "string"}}}}},
+        top(m={"type": "string", "not": {"type": "object", "properties": {name: {"type": "string"}}}}),
+        {**top(), "required": [name]},
+    ]
+    for schema in places:
+        with pytest.raises(SchemaError, match=f"the field '{name}' names the caller's identity"):
+            strict_schema(schema)
+
+
+@pytest.mark.parametrize("name", ["order_id", "username_hint", "subject", "user_note"])
+def test_ordinary_names_that_merely_contain_an_identity_word_are_fine(name: str):
+    assert not is_identity_field(name)
+    strict_schema(top(**{name: {"type": "string"}}))
+
+
+# --- property: whatever the loader accepts, an extra key at any depth is refused -------------
+
+NAMES = ("a", "b", "c")
+SCALARS = {
+    "string": st.text(max_size=3),
+    "integer": st.integers(-5, 5),
+    "boolean": st.booleans(),
+    "null": st.none(),
+}
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from(NAMES), inner, max_size=2),
+    max_leaves=4,
+)
+
+
+@st.composite
+def schema_and_witness(draw: Any, depth: int, ref: tuple[Any, Any] | None) -> tuple[Any, Any, bool]:
+    """A schema, a value it accepts (before hardening), and whether that value must decode as is."""
+    kinds = ["scalar", "open"]
+    if depth > 0:
+        kinds += ["object", "array", "anyOf", "oneOf", "allOf", "if", "not"]
+    if ref is not None:
+        kinds.append("ref")
+    kind = draw(st.sampled_from(kinds))
+    if kind == "scalar":
+        name = draw(st.sampled_from(sorted(SCALARS)))
+        return {"type": name}, draw(SCALARS[name]), True
+    if kind == "open":
+        return draw(st.sampled_from([{}, True, {"description": "x"}, {"minProperties": 0}])), draw(ANY_JSON), True
+    if kind == "ref":
+        return {"$ref": "#/$defs/d"}, ref[1], True  # type: ignore[index]
+    child = schema_and_witness(depth - 1, ref)
+    if kind == "object":
+        children = draw(st.dictionaries(st.sampled_from(NAMES), child, max_size=3))
+        present = draw(st.lists(st.sampled_from(sorted(children)), unique=True)) if children else []
+        schema: dict[str, Any] = {"properties": {name: c[0] for name, c in children.items()}}
+        object_type = draw(st.sampled_from(["object", ["object", "null"], ["object", "array"], None]))
+        if object_type is not None:
+            schema["type"] = object_type
+        if draw(st.booleans()):
+            schema["additionalProperties"] = False
+        if present and draw(st.booleans()):
+            schema["required"] = present[:1]
+        exact = all(children[name][2] for name in present)
+        return schema, {name: children[name][1] for name in present}, exact
+    if kind == "array":
+        schema = {"type": draw(st.sampled_from(["array", ["array", "null"]]))}
+        prefix = draw(st.lists(child, max_size=2))
+        if prefix:
+            schema["prefixItems"] = [p[0] for p in prefix]
+        rest: list[tuple[Any, Any, bool]] = []
+        if draw(st.booleans()):
+            item = draw(child)
+            schema["items"] = item[0]
+            rest = [item] * draw(st.integers(0, 2))
+        value = [p[1] for p in prefix] + [r[1] for r in rest] if prefix or rest else []
+        return schema, value, all(p[2] for p in prefix) and all(r[2] for r in rest)
+    if kind in ("anyOf", "oneOf"):
+        branches = draw(st.lists(child, min_size=1, max_size=3))
+        chosen = draw(st.sampled_from(branches))
+        return {kind: [b[0] for b in branches]}, chosen[1], kind == "anyOf" and chosen[2]
+    if kind == "allOf":
+        inner = draw(child)
+        other = draw(st.sampled_from([{}, True, {"required": []}, {"$comment": "x"}]))
+        return {"allOf": [inner[0], other]}, inner[1], inner[2]
+    if kind == "if":
+        condition, then, otherwise = draw(child), draw(child), draw(child)
+        return {"if": condition[0], "then": then[0], "else": otherwise[0]}, then[1], False
+    inner = draw(child)
+    outer = draw(child)
+    return {**outer[0], "not": inner[0]} if isinstance(outer[0], dict) else {"not": inner[0]}, outer[1], False
+
+
+@st.composite
+def declared_tool(draw: Any) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    definition = draw(schema_and_witness(1, None)) if draw(st.booleans()) else None
+    children = draw(st.dictionaries(st.sampled_from(NAMES), schema_and_witness(3, definition), max_size=3))
+    schema: dict[str, Any] = {"type": "object", "properties": {name: c[0] for name, c in children.items()}}
+    if definition is not None:
+        schema["$defs"] = {"d": definition[0]}
+    value = {name: c[1] for name, c in children.items()}
+    return schema, value, all(c[2] for c in children.values())
+
+
+def objects_in(value: Any) -> list[dict[str, Any]]:
+    found = [value] if isinstance(value, dict) else []
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        found += objects_in(child)
+    return found
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tool=declared_tool(), data=st.data())
+def test_an_extra_key_at_any_depth_never_gets_past_a_schema_the_loader_accepts(tool: Any, data: st.DataObject):
+    schema, witness, exact = tool
+    try:
+        codec = JsonSchemaArguments(schema)
+    except SchemaError:
+        event("refused at start")
+        return
+    event("accepted")
+    if exact:
+        codec.decode(msgspec.json.encode(witness))  # the witness is fine: only the extra key is wrong
+    targets = objects_in(witness)
+    target = data.draw(st.sampled_from(range(len(targets))))
+    extra = data.draw(st.sampled_from(["extra", "meta", "d"]))
+    targets[target][extra] = data.draw(ANY_JSON)
+    with pytest.raises(ArgumentsInvalid):
+        codec.decode(msgspec.json.encode(witness))
