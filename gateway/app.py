@@ -24,6 +24,7 @@ from gateway.api.audit import AuditController
 from gateway.agent.service import AgentService
 from gateway.api.chat import ChatController
 from gateway.api.context import InFlight, RequestContextMiddleware
+from gateway.api.decoding import GatewayRequest, check_request
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
 from gateway.api.metrics import scrape_metrics
@@ -177,6 +178,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             *([RateLimitMiddleware] if settings.rate_limits_enabled else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        # Every body and query is decoded under one rule (gateway.api.decoding).
+        request_class=GatewayRequest,
+        before_request=check_request,
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
