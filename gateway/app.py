@@ -174,7 +174,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             ChatController,
         ],
         middleware=[
-            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS),
+            # OPTIONS too: CORS is off, so there is no preflight to let through, and an
+            # unauthenticated OPTIONS must not reach a guard that needs a caller.
+            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS, exclude_http_methods=()),
             *([RateLimitMiddleware] if settings.rate_limits_enabled else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
