@@ -78,10 +78,10 @@ class GatewayRequest(Request[Any, Any, Any]):
                 self._json = cached
             else:
                 body = await self.body()
-                max_depth = getattr(self.app.state, "settings", None)
-                depth = max_depth.max_json_depth if max_depth is not None else DEFAULT_MAX_JSON_DEPTH
+                settings = getattr(self.app.state, "settings", None)  # set in the lifespan
+                max_depth = settings.max_json_depth if settings is not None else DEFAULT_MAX_JSON_DEPTH
                 self._json = self._connection_state.json = decode_body(
-                    body or b"null", body_type(self), max_depth=depth
+                    body or b"null", body_type(self), max_depth=max_depth
                 )
         return self._json
 
