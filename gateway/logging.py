@@ -20,6 +20,8 @@ from typing import Any
 import msgspec
 import structlog
 
+from gateway.errors import new_error_id
+
 # Keys whose values never reach a log line, wherever they appear in an event.
 SECRET_KEYS = frozenset(
     {"authorization", "token", "jwt", "secret", "password", "api_key", "jwt_secret", "arguments_raw", "body"}
@@ -78,8 +80,6 @@ def name_failure(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     was given when the code that logged it made one, a new one otherwise (a failure logged
     by a library)."""
     if event.get("exc_info") and "error_id" not in event:
-        from gateway.errors import new_error_id  # here: gateway.errors imports nothing of logging
-
         event["error_id"] = new_error_id()
     return event
 

@@ -18,8 +18,8 @@ from gateway.api.context import request_id_of
 from gateway.api.schemas import ErrorBody, ErrorEnvelope
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.logging import log_failure
-from gateway.text import quoted
 from gateway.observability import metrics
+from gateway.text import quoted
 
 log = structlog.get_logger("gateway.http")
 
