@@ -53,6 +53,8 @@ def test_an_empty_variable_means_the_default():
         ("GATEWAY_JWT_ALGORITHMS", "HS256,none"),
         ("GATEWAY_LOG_FORMAT", "xml"),
         ("GATEWAY_MAX_BODY_BYTES", "0"),
+        ("GATEWAY_MAX_JSON_DEPTH", "0"),
+        ("GATEWAY_MAX_JSON_DEPTH", "513"),
     ],
 )
 def test_an_invalid_value_stops_start_up_naming_the_variable(name, value):
@@ -90,3 +92,8 @@ def test_unknown_fields_are_refused():
 
 def test_every_field_is_documented():
     assert set(FIELD_DOCS) == set(Settings.__struct_fields__)
+
+
+def test_the_json_depth_limit_defaults_to_64_and_is_read_from_its_variable():
+    assert Settings.from_env({}).max_json_depth == 64
+    assert Settings.from_env({"GATEWAY_MAX_JSON_DEPTH": "200"}).max_json_depth == 200
