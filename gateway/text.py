@@ -19,7 +19,9 @@ decoder's complaint into words naming the line and column where the document bro
 from __future__ import annotations
 
 import re
+from array import array
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -87,27 +89,19 @@ def unstorable_json_text(document: bytes) -> str | None:
 # --- bounded nesting -----------------------------------------------------------------------
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_BRACKETS = bytes.maketrans(b"[{]}", b"(())")
+# Openers become 1 and closers -1 (0xff as a signed byte); every other byte is dropped.
+_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
 
 
 def nests_deeper_than(document: bytes, max_depth: int) -> bool:
     """Whether the JSON ``document`` opens more than ``max_depth`` arrays and objects inside
-    one another. Linear in the document and done by the bytes methods of C, not a Python loop
-    per byte; brackets inside strings do not count."""
+    one another (brackets inside strings do not count). Linear, and done in C: the running
+    depth is the running sum of +1 per opener and -1 per closer, its maximum the depth."""
     if document.count(b"[") + document.count(b"{") <= max_depth:  # the common case: cannot be deeper
         return False
-    brackets = _JSON_STRING.sub(b"", document).translate(_BRACKETS, _NOT_BRACKETS)
-    # Each pass removes the innermost pairs, one level of every branch: after max_depth passes
-    # a document no deeper than that has nothing left (a malformed one may keep strays too).
-    for _ in range(max_depth):
-        shorter = brackets.replace(b"()", b"")
-        if not shorter:
-            return False
-        if len(shorter) == len(brackets):  # nothing left to pair: unbalanced, not deep
-            return shorter.count(b"(") > max_depth
-        brackets = shorter
-    return True
+    steps = array("b", _JSON_STRING.sub(b"", document).translate(_STEPS, _NOT_BRACKETS))
+    return max(accumulate(steps), default=0) > max_depth
 
 
 # --- the document as a whole -----------------------------------------------------------------
