@@ -60,12 +60,21 @@ def unstorable_text_problem(text: str) -> str | None:
 # an even number of backslashes is one (``\\u0000`` is the text backslash-u-0-0-0-0).
 _SUSPECT_ESCAPE = re.compile(rb"\\u(0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 _LOW_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_HIGH_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_SURROGATE_PAIR_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 def unstorable_json_text(document: bytes) -> str | None:
     """Why a string of the JSON ``document`` cannot be stored (an escaped NUL or lone
     surrogate), or ``None``. Raw NUL bytes and invalid UTF-8 are malformed JSON: its decoder
     refuses those."""
+    if _SUSPECT_ESCAPE.search(document) is None:
+        return None
+    if b"\\u0000" not in document and b"\\\\u" not in document:  # no NUL, no backslash before a "u"
+        # Text rich in escaped emoji is all proper pairs: counted in C, not one escape at a time.
+        highs, lows = len(_HIGH_SURROGATE_ESCAPE.findall(document)), len(_LOW_SURROGATE_ESCAPE.findall(document))
+        if highs == lows == len(_SURROGATE_PAIR_ESCAPE.findall(document)):
+            return None
     position = 0
     while (match := _SUSPECT_ESCAPE.search(document, position)) is not None:
         position = match.end()

@@ -161,3 +161,10 @@ def test_a_missing_field_a_wrong_type_and_a_wrong_choice_are_named():
 
 def test_malformed_json_is_described_as_such_even_when_a_field_fails_first():
     assert described(b'{"zz": 1, ') == "it is not valid JSON: it ends too early at line 1, column 11"
+
+
+def test_text_rich_in_escaped_pairs_is_storable_and_a_lone_half_among_them_is_not():
+    emoji = json.dumps({"text": "😀" * 5000}).encode()
+    assert unstorable_json_text(emoji) is None
+    assert unstorable_json_text(emoji[:-3] + b'\\udc00"}') is not None
+    assert unstorable_json_text(b'"\\\\ud800\\udc00"') is not None  # text "\ud800", then a lone low half
