@@ -8,7 +8,9 @@ broke and where: the line and column of malformed JSON, the field and the fields
 The tool-call batch reads its body raw and applies the same rules in
 ``gateway.execution.protocol`` (``422 INVALID_TOOL_CALL``).
 
-Query parameters hold only storable text (``check_request``, before any handler runs).
+Query parameters hold only storable text (``check_request``, the app's ``before_request``:
+Litestar runs only the innermost layer's hook, so a controller that sets one of its own must
+call ``check_request`` first).
 """
 
 from __future__ import annotations
