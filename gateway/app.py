@@ -24,6 +24,7 @@ from gateway.api.audit import AuditController
 from gateway.agent.service import AgentService
 from gateway.api.chat import ChatController
 from gateway.api.context import InFlight, RequestContextMiddleware
+from gateway.api.decoding import GatewayRequest, check_request
 from gateway.api.errors import EXCEPTION_HANDLERS
 from gateway.api.health import healthz, readyz
 from gateway.api.metrics import scrape_metrics
@@ -177,10 +178,15 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             ChatController,
         ],
         middleware=[
-            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS),
+            # OPTIONS too: CORS is off, so there is no preflight to let through, and an
+            # unauthenticated OPTIONS must not reach a guard that needs a caller.
+            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS, exclude_http_methods=()),
             *([RateLimitMiddleware] if settings.rate_limits_enabled else []),
         ],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        # Every body and query is decoded under one rule (gateway.api.decoding).
+        request_class=GatewayRequest,
+        before_request=check_request,
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

@@ -110,15 +110,17 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "The route exists but not with this HTTP method.",
               "Method not allowed on this route."),
         _spec(E.INVALID_REQUEST, 400, False,
-              "The request body or query parameters do not match the route's schema.",
+              "The request body or query parameters do not match the route's schema, or break the input rules "
+              "(nesting deeper than GATEWAY_MAX_JSON_DEPTH, text PostgreSQL cannot store, a key given twice).",
               "The request is invalid."),
         _spec(E.PAYLOAD_TOO_LARGE, 413, False,
               "The request body is larger than GATEWAY_MAX_BODY_BYTES.",
               "The request body is too large."),
         _spec(E.INVALID_TOOL_CALL, 422, False,
               "A tool-call batch breaks the protocol (missing or empty id, type not `function`, empty name, "
-              "arguments neither a string nor an object, a key given twice in one object, or a body that is not a "
-              "JSON batch); nothing in the batch ran.",
+              "arguments neither a string nor an object, a key given twice in one object, an unknown key at any "
+              "level, nesting deeper than GATEWAY_MAX_JSON_DEPTH, text PostgreSQL cannot store, or a body that is "
+              "not a JSON batch); nothing in the batch ran.",
               "The tool-call batch is malformed."),
         _spec(E.DUPLICATE_TOOL_CALL_ID, 422, False,
               "Two calls in one batch share a tool_call_id; nothing in the batch ran.",
@@ -147,7 +149,7 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "You are not allowed to perform this action."),
         _spec(E.INVALID_ARGUMENTS, 422, False,
               "The arguments are not a JSON object matching the tool's schema exactly (no coercion, no unknown fields, "
-              "no key given twice).",
+              "no key given twice, no deeper than GATEWAY_MAX_JSON_DEPTH, only text PostgreSQL can store).",
               "The arguments do not match the tool's schema."),
         _spec(E.RUN_EXPIRED, 409, False,
               "The run has passed its expires_at; no further calls are accepted in it, and an approval of one of "

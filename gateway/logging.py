@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import structlog
+
+from gateway.errors import new_error_id
 
 # Keys whose values never reach a log line, wherever they appear in an event.
 SECRET_KEYS = frozenset(
@@ -72,8 +75,34 @@ def enrich_event(logger: Any, method_name: str, event: dict[str, Any]) -> dict[s
     return redact_secrets(logger, method_name, event)
 
 
+def name_failure(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Every event that carries an exception carries an ``error_id`` too: the one the client
+    was given when the code that logged it made one, a new one otherwise (a failure logged
+    by a library)."""
+    if event.get("exc_info") and "error_id" not in event:
+        event["error_id"] = new_error_id()
+    return event
+
+
+def render_exception(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """The exception as a readable stack under ``exception`` (never the bare exc_info tuple),
+    whatever its text holds: a ``str()`` that raises or text UTF-8 cannot encode."""
+    if not event.get("exc_info"):
+        event.pop("exc_info", None)
+        return event
+    try:
+        return structlog.processors.format_exc_info(logger, method_name, event)
+    except Exception:  # noqa: BLE001 - the stack of an exception whose text cannot be made
+        exc_info = event.pop("exc_info", None)
+        error = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+        if isinstance(error, BaseException):
+            frames = "".join(traceback.format_tb(error.__traceback__))
+            event["exception"] = f"{frames}{type(error).__module__}.{type(error).__qualname__}: (text unavailable)"
+        return event
+
+
 def shared_processors() -> list[Any]:
-    return [enrich_event]
+    return [enrich_event, name_failure]
 
 
 def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
@@ -95,15 +124,17 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
         processors=[
             *shared_processors(),
             structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info,
+            render_exception,
             final,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=factory,
         cache_logger_on_first_use=True,
     )
+    # Records of the standard library (uvicorn, asyncio) get the same treatment: an error id
+    # and a readable stack, not the repr of an exc_info tuple.
     formatter = structlog.stdlib.ProcessorFormatter(
-        processor=renderer,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, render_exception, renderer],
         foreign_pre_chain=[*shared_processors(), structlog.stdlib.add_logger_name],
     )
     handler = logging.StreamHandler(sys.stderr)
@@ -123,7 +154,39 @@ _event_encoder = msgspec.json.Encoder(enc_hook=str)
 
 
 def _encode_event(event: dict[str, Any], **_: Any) -> bytes:
-    return _event_encoder.encode(event)
+    try:
+        return _event_encoder.encode(event)
+    except (UnicodeEncodeError, TypeError, ValueError):
+        # A value UTF-8 cannot encode (a lone surrogate from some input): write it escaped
+        # rather than lose the event.
+        return _event_encoder.encode(_encodable(event))
+
+
+def _encodable(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(str(k)): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(item) for item in value]
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    try:
+        return _encodable(str(value))
+    except Exception:  # noqa: BLE001 - a value whose str() fails
+        return f"<{type(value).__name__}>"
+
+
+def log_failure(event: str, exc: BaseException, *, error_id: str, **fields: Any) -> None:
+    """Log ``exc`` with its stack under ``error_id``; this never raises, whatever ``exc`` holds."""
+    logger = structlog.get_logger("gateway.http")
+    try:
+        logger.error(event, error_id=error_id, exc_info=exc, **fields)
+    except Exception:  # noqa: BLE001 - the last resort must not fail: log what can be logged
+        try:
+            logger.error(event, error_id=error_id, error_type=type(exc).__qualname__)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.text import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_CEILING
+
 ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
 JSON_FIELDS = frozenset({"llm_providers"})
@@ -95,6 +97,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     max_body_bytes: int = 1_048_576
     max_batch_size: int = 64
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     policy_cache_s: float = 5.0
 
     audit_seal_interval_s: float = 1.0
@@ -152,6 +155,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
         if self.database_idle_in_transaction_timeout_s <= 0:
             raise SettingsError("GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S must be positive")
+        if not 1 <= self.max_json_depth <= MAX_JSON_DEPTH_CEILING:
+            raise SettingsError(f"GATEWAY_MAX_JSON_DEPTH must be at least 1 and at most {MAX_JSON_DEPTH_CEILING}")
         if self.audit_seal_interval_s < 0:
             raise SettingsError("GATEWAY_AUDIT_SEAL_INTERVAL_S must be at least 0")
         if self.run_max_repeats < 0:
@@ -334,6 +339,9 @@ FIELD_DOCS: dict[str, str] = {
     "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
     "max_body_bytes": "Largest request body accepted (413 `PAYLOAD_TOO_LARGE` above).",
     "max_batch_size": "Most tool calls accepted in one batch.",
+    "max_json_depth": "Deepest nesting of arrays and objects accepted in a JSON body, and in one call's arguments "
+    "(at most 512); deeper is `400 INVALID_REQUEST` (`422 INVALID_TOOL_CALL` for a tool-call batch, "
+    "`INVALID_ARGUMENTS` for one call's arguments).",
     "policy_cache_s": "Seconds tenants, role→permission maps and tool policies are cached in a process: a change "
     "made on another gateway process is honoured within this time (at once on the process that made it).",
     "audit_seal_interval_s": "Seconds between the audit sealer's rounds in each process (it links new audit rows "

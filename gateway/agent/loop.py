@@ -38,7 +38,7 @@ from gateway.agent.history import (
     trim,
 )
 from gateway.auth.principal import Principal
-from gateway.db.text import storable, storable_text
+from gateway.text import storable, storable_text
 from gateway.errors import ErrorCode
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import (

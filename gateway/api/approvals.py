@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -16,7 +14,7 @@ from litestar.params import FromQuery, JSONBody, QueryParameter
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of, provide_approvals
 from gateway.api.openapi import error_responses
-from gateway.api.params import ResourceId
+from gateway.api.params import RESOURCE_ID_PATTERN, ResourceId, decode_cursor, encode_cursor
 from gateway.api.schemas import ApprovalOutcome, ApprovalPage, ApprovalView, ErrorInfo, RejectBody
 from gateway.auth.guards import requires_permission
 from gateway.errors import ErrorCode, GatewayError
@@ -60,17 +58,18 @@ def approval_view(row: Any, service: ApprovalService, now: datetime, *, reveal: 
     )
 
 
-def encode_cursor(row: Any) -> str:
-    raw = msgspec.json.encode([row.created_at.isoformat(), row.id])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+ApprovalCursor = tuple[
+    Annotated[datetime, msgspec.Meta(tz=True)], Annotated[str, msgspec.Meta(pattern=RESOURCE_ID_PATTERN)]
+]
+"""(created_at, id) of the last approval of a page."""
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, approval_id = msgspec.json.decode(raw, type=tuple[datetime, str])
-    except (binascii.Error, ValueError, msgspec.DecodeError):
-        raise GatewayError(ErrorCode.INVALID_REQUEST, "The cursor is not one this API gave out.") from None
+def approvals_cursor(row: Any) -> str:
+    return encode_cursor([row.created_at.isoformat(), row.id])
+
+
+def approvals_after(cursor: str) -> tuple[datetime, str]:
+    created_at, approval_id = decode_cursor(cursor, ApprovalCursor)  # type: ignore[arg-type]
     return created_at.astimezone(UTC), approval_id
 
 
@@ -104,13 +103,13 @@ class AdminApprovalController(Controller):
         """Newest first; pass `next_cursor` back as `cursor` for the next page."""
         if status is not None and status not in APPROVAL_STATUSES:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"status must be one of {', '.join(APPROVAL_STATUSES)}.")
-        after = decode_cursor(cursor) if cursor else None
+        after = approvals_after(cursor) if cursor else None
         rows = await service.list(principal_of(request), status=status, limit=limit + 1, after=after)
         now = datetime.now(UTC)
         page = rows[:limit]
         return ApprovalPage(
             items=[approval_view(row, service, now) for row in page],
-            next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
+            next_cursor=approvals_cursor(page[-1]) if len(rows) > limit else None,
         )
 
     @get(

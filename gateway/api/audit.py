@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -26,6 +24,8 @@ from gateway.audit.queries import AuditFilters, page
 from gateway.auth.guards import requires_permission
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError, new_error_id
+from gateway.api.params import decode_cursor, encode_cursor, instant, parse_instant
+from gateway.text import INT64_MAX
 
 AUDIT_READ = "audit:read"
 EXPORT_RETRY_AFTER_S = 5
@@ -97,36 +97,25 @@ def _held_until_closed(chunks: AsyncIterator[bytes], slot: ExportSlot) -> AsyncI
     return chunks
 
 
+class AuditCursor(msgspec.Struct, forbid_unknown_fields=True):
+    before: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)]
+
+
 def _cursor(row_id: int) -> str:
-    return base64.urlsafe_b64encode(msgspec.json.encode({"before": row_id})).decode().rstrip("=")
+    return encode_cursor(AuditCursor(before=row_id))
 
 
 def _before(cursor: str | None) -> int | None:
-    if not cursor:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value = msgspec.json.decode(raw, type=dict[str, int])["before"]
-    except (binascii.Error, ValueError, KeyError, msgspec.DecodeError):
-        raise GatewayError(ErrorCode.INVALID_REQUEST, "The cursor is not one this API gave out.") from None
-    return value
-
-
-def _aware(name: str, value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        raise GatewayError(ErrorCode.INVALID_REQUEST, f"{name} must carry a time zone (e.g. 2026-01-31T00:00:00Z).")
-    return value.astimezone(UTC)
+    return decode_cursor(cursor, AuditCursor).before if cursor else None
 
 
 def _filters(
     user: str | None, tool: str | None, outcome: str | None, run: str | None, approval: str | None,
-    since: datetime | None, until: datetime | None,
+    since: str | None, until: str | None,
 ) -> AuditFilters:
     return AuditFilters(
         user=user, tool=tool, outcome=outcome, run=run, approval=approval,
-        since=_aware("since", since), until=_aware("until", until),
+        since=parse_instant("since", since), until=parse_instant("until", until),
     )
 
 
@@ -156,8 +145,8 @@ class AuditController(Controller):
         outcome: Text = None,
         run: Text = None,
         approval: Text = None,
-        since: Annotated[datetime | None, QueryParameter(description="Rows at or after this time (ISO 8601 with zone)")] = None,
-        until: Annotated[datetime | None, QueryParameter(description="Rows before this time (ISO 8601 with zone)")] = None,
+        since: instant("Rows at or after this time (RFC 3339 with zone)") = None,
+        until: instant("Rows before this time (RFC 3339 with zone)") = None,
         limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
         cursor: Annotated[str | None, QueryParameter(max_length=200)] = None,
     ) -> AuditPage:
@@ -195,8 +184,8 @@ class AuditController(Controller):
         outcome: Text = None,
         run: Text = None,
         approval: Text = None,
-        since: Annotated[datetime | None, QueryParameter(description="Rows at or after this time")] = None,
-        until: Annotated[datetime | None, QueryParameter(description="Rows before this time")] = None,
+        since: instant("Rows at or after this time (RFC 3339 with zone)") = None,
+        until: instant("Rows before this time (RFC 3339 with zone)") = None,
     ) -> Stream:
         """Streams every matching row, newest first, in pages read one short transaction at a time.
         A tenant (and a process) runs a bounded number of exports at once: one more is 429."""

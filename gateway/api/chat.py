@@ -49,7 +49,7 @@ from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ErrorBody
-from gateway.db.text import holds_unstorable
+from gateway.text import holds_unstorable
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.llm.base import Message, SamplingOptions
 

@@ -11,7 +11,8 @@ import time
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.logging import end_request_context, start_request_context
+from gateway.errors import new_error_id
+from gateway.logging import end_request_context, log_failure, start_request_context
 from gateway.observability import metrics
 from gateway.observability.timing import SERVER_TIMING_HEADER, STATE_KEY, VALIDATION, StageTimer
 
@@ -35,6 +36,11 @@ class InFlight:
         while self.count and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return self.count == 0
+
+
+_INTERNAL_ERROR_BODY = (
+    b'{"error":{"code":"INTERNAL_ERROR","message":"Internal error.","request_id":"%s","error_id":"%s"}}'
+)
 
 
 class RequestContextMiddleware:
@@ -63,9 +69,12 @@ class RequestContextMiddleware:
         state["request_id"] = request_id
         state[STATE_KEY] = timer
         header_value = request_id.encode()
+        started = False
 
         async def send_with_context(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != REQUEST_ID_HEADER]
                 headers.append((REQUEST_ID_HEADER, header_value))
                 if timer.touched:
@@ -79,6 +88,27 @@ class RequestContextMiddleware:
         self.in_flight.count += 1
         try:
             await self.app(scope, receive, send_with_context)
+        except Exception as exc:  # noqa: BLE001 - what escaped every handler: a stream that broke, say
+            await self._failed(exc, request_id, started, scope, send_with_context)
         finally:
             self.in_flight.count -= 1
             end_request_context(context)
+
+    @staticmethod
+    async def _failed(exc: Exception, request_id: str, started: bool, scope: Scope, send: Send) -> None:
+        """An exception no handler answered: logged with its stack under an error id, within the
+        request's context. Before the response started, the client gets the envelope; after, the
+        response is cut short (the server closes the connection) and the log says so."""
+        error_id = new_error_id()
+        log_failure("request_failed", exc, error_id=error_id, path=scope.get("path"), response_started=started)
+        if started:
+            return
+        body = _INTERNAL_ERROR_BODY % (request_id.encode(), error_id.encode())
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 500,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

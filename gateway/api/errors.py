@@ -17,7 +17,9 @@ from sqlalchemy import exc as sa_exc
 from gateway.api.context import request_id_of
 from gateway.api.schemas import ErrorBody, ErrorEnvelope
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
+from gateway.logging import log_failure
 from gateway.observability import metrics
+from gateway.text import quoted
 
 log = structlog.get_logger("gateway.http")
 
@@ -62,13 +64,22 @@ def handle_gateway_error(request: Request, exc: GatewayError) -> Response[ErrorE
 
 
 def handle_validation_error(request: Request, exc: ValidationException) -> Response[ErrorEnvelope]:
+    """A path or query parameter Litestar could not convert (bodies are decoded and described
+    in ``gateway.api.decoding``): name the parameter and what it expects."""
     problems = []
     for item in exc.extra if isinstance(exc.extra, list) else []:
         if isinstance(item, dict):
-            key = item.get("key") or item.get("source") or "body"
-            problems.append(f"{key}: {item.get('message', 'invalid')}")
-    message = "Invalid request" + (": " + "; ".join(problems) if problems else ".")
-    return error_response(request, ErrorCode.INVALID_REQUEST, message[:500], 400)
+            source = item.get("source")
+            name = quoted(str(item.get("key") or "?"))
+            what = quoted(str(item.get("message") or "invalid"), 200)
+            what = what[:1].lower() + what[1:]
+            if source == "body":
+                problems.append(f"the body: {what}")
+            else:
+                kind = getattr(source, "value", source) or "request"
+                problems.append(f"{kind} parameter `{name}`: {what}")
+    message = "Invalid " + "; ".join(problems) + "." if problems else None
+    return error_response(request, ErrorCode.INVALID_REQUEST, message[:500] if message else None, 400)
 
 
 def handle_http_exception(request: Request, exc: HTTPException) -> Response[ErrorEnvelope]:
@@ -84,14 +95,25 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response[Erro
 
 
 def handle_unexpected(request: Request, exc: Exception) -> Response[ErrorEnvelope]:
+    """The last resort: it cannot fail. Whatever the exception holds (a ``str()`` that raises,
+    text UTF-8 cannot encode), the client gets the envelope with ``INTERNAL_ERROR``, the
+    request id and an error id, and the log gets the stack under that error id."""
     error_id = new_error_id()
-    if is_database_unavailable(exc):
-        log.warning("database_unavailable", error_id=error_id, error_type=type(exc).__name__)
-        return error_response(
-            request, ErrorCode.SERVICE_UNAVAILABLE, None, 503, headers={"Retry-After": "1"}, error_id=error_id
-        )
-    log.error("unhandled_exception", error_id=error_id, path=request.url.path, exc_info=exc)
-    return error_response(request, ErrorCode.INTERNAL_ERROR, None, 500, error_id=error_id)
+    try:
+        if is_database_unavailable(exc):
+            log.warning("database_unavailable", error_id=error_id, error_type=type(exc).__name__)
+            return error_response(
+                request, ErrorCode.SERVICE_UNAVAILABLE, None, 503, headers={"Retry-After": "1"}, error_id=error_id
+            )
+    except Exception:  # noqa: BLE001 - looking at the exception failed: it is an internal error
+        pass
+    log_failure("unhandled_exception", exc, error_id=error_id, path=request.scope.get("path"))
+    try:
+        return error_response(request, ErrorCode.INTERNAL_ERROR, None, 500, error_id=error_id)
+    except Exception:  # noqa: BLE001 - the envelope without the extras that failed
+        body = ErrorBody(code=ErrorCode.INTERNAL_ERROR.value, message=ERRORS[ErrorCode.INTERNAL_ERROR].message,
+                         request_id=request_id_of(request.scope), error_id=error_id)
+        return Response(content=ErrorEnvelope(error=body), status_code=500, media_type=MediaType.JSON)
 
 
 def is_database_unavailable(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.db.models import Run, RunMessage
-from gateway.db.text import storable
+from gateway.text import storable
 
 runs = Run.__table__
 run_messages = RunMessage.__table__

@@ -23,6 +23,7 @@ from gateway.execution.policy import is_visible, needs_approval, runs_in_transac
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.results import error_content
 from gateway.observability.timing import POLICY, UNTIMED, VALIDATION, StageTimer
+from gateway.text import DEFAULT_MAX_JSON_DEPTH, json_document_problem
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, call_hash, sha256_hex
 from gateway.tools.registry import ToolRegistry
 
@@ -78,12 +79,23 @@ def check_permission(principal: Principal, tool: Tool) -> bool:
     return is_visible(tool, policy, permissions=principal.permissions, roles=principal.roles)
 
 
-def decode_arguments(tool: Tool, request: ToolCallRequest) -> DecodedArguments:
+def decode_arguments(tool: Tool, request: ToolCallRequest, *, max_json_depth: int) -> DecodedArguments:
+    """The call's arguments as the model sent them: a JSON document that must nest no deeper
+    than ``max_json_depth``, hold only storable text and give each key once (which of two
+    values was meant is unknowable), then decode strictly against the tool's schema."""
+    problem = json_document_problem(request.arguments, max_depth=max_json_depth)
+    if problem is not None:
+        raise ArgumentsInvalid(f"{problem}.")
     return tool.arguments.decode(request.arguments)
 
 
 def plan_call(
-    registry: ToolRegistry, principal: Principal, request: ToolCallRequest, timer: StageTimer = UNTIMED
+    registry: ToolRegistry,
+    principal: Principal,
+    request: ToolCallRequest,
+    timer: StageTimer = UNTIMED,
+    *,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> CallPlan:
     if request.rejected is not None:  # broke the protocol (a model's call): answered, audited, never run
         return _reject(request, None, *request.rejected)
@@ -96,7 +108,7 @@ def plan_call(
         # The tool exists but is not granted: say so, and reveal nothing of its schema.
         return _reject(request, tool, ErrorCode.PERMISSION_DENIED, f"You are not allowed to use {tool.name!r}.")
     try:
-        decoded = decode_arguments(tool, request)
+        decoded = decode_arguments(tool, request, max_json_depth=max_json_depth)
     except ArgumentsInvalid as exc:
         return _reject(request, tool, ErrorCode.INVALID_ARGUMENTS, f"Invalid arguments for {tool.name!r}: {exc.message}")
     policies = principal.tool_policies

@@ -68,7 +68,9 @@ class ToolExecutor:
         """Execute a raw ``{"tool_calls": [...]}`` body; protocol errors raise ``GatewayError`` (422)."""
         timer.begin()
         try:
-            requests = parse_batch(body, max_batch_size=self._settings.max_batch_size)
+            requests = parse_batch(
+                body, max_batch_size=self._settings.max_batch_size, max_json_depth=self._settings.max_json_depth
+            )
         except ProtocolError as exc:
             timer.lap(VALIDATION)
             raise await self._rejection(principal, run_id, exc, request_id=request_id) from None
@@ -97,7 +99,10 @@ class ToolExecutor:
         request_id: str | None,
         timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
-        plans = [plan_call(self._registry, principal, request, timer) for request in requests]
+        plans = [
+            plan_call(self._registry, principal, request, timer, max_json_depth=self._settings.max_json_depth)
+            for request in requests
+        ]
         for plan in plans:
             if plan.needs_approval:
                 plan.approval_id = "apr_" + uuid.uuid4().hex

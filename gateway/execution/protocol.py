@@ -1,13 +1,14 @@
 """The wire protocol of a tool-call batch and its checks.
 
 A batch breaks the protocol when it is not a JSON object ``{"tool_calls": [...]}``, or a
-call has a missing or empty id, a type other than ``function``, an empty name, an id or a
-name holding text PostgreSQL cannot store (NUL, a lone surrogate), or arguments that are
-neither a JSON string nor an object, or two calls share an id, or
-an object of the body gives one key twice (arguments sent as a JSON string are checked
-for that per call, like any other argument error). Any of
-these rejects the whole batch before anything runs: the model cannot be answered call by
-call when the calls cannot be told apart.
+call has a missing or empty id, a type other than ``function``, an empty name, or
+arguments that are neither a JSON string nor an object, or two calls share an id, or
+an object of the body gives one key twice, nests deeper than ``GATEWAY_MAX_JSON_DEPTH``,
+holds text PostgreSQL cannot store (NUL, a lone surrogate) or a key the protocol does not
+define, at any level (arguments sent as a JSON string are checked for all of that per call,
+like any other argument error: ``gateway.execution.checks``). Any of these rejects the whole
+batch before anything runs: the model cannot be answered call by call when the calls cannot
+be told apart.
 """
 
 from __future__ import annotations
@@ -17,20 +18,25 @@ from typing import Any
 
 import msgspec
 
-from gateway.db.text import unstorable
 from gateway.errors import ErrorCode
-from gateway.tools.repeated_keys import repeated_key_problem
+from gateway.text import (
+    DEFAULT_MAX_JSON_DEPTH,
+    decode_error_message,
+    describe_validation_error,
+    is_storable,
+    json_document_problem,
+)
 
 MAX_TOOL_CALL_ID_LENGTH = 128
 MAX_TOOL_NAME_LENGTH = 128
 
 
-class FunctionCallIn(msgspec.Struct, kw_only=True):
+class FunctionCallIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str | None = None
     arguments: str | dict[str, Any] | None = None
 
 
-class ToolCallIn(msgspec.Struct, kw_only=True):
+class ToolCallIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One entry of an assistant message's ``tool_calls``, exactly as the model produced it."""
 
     id: str | None = None
@@ -62,18 +68,24 @@ class ProtocolError(Exception):
 _decoder = msgspec.json.Decoder(ToolCallBatch)
 
 
-def parse_batch(body: bytes, *, max_batch_size: int) -> list[ToolCallRequest]:
+def malformed(problem: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"Malformed tool-call batch: {problem}.")
+
+
+def parse_batch(
+    body: bytes, *, max_batch_size: int, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> list[ToolCallRequest]:
+    problem = json_document_problem(body, max_depth=max_json_depth)
+    if problem is not None:
+        raise malformed(problem)
     try:
         batch = _decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"Malformed tool-call batch: {exc}.") from None
-    except msgspec.DecodeError:
-        raise ProtocolError(
-            ErrorCode.INVALID_TOOL_CALL, 'The body must be a JSON object: {"tool_calls": [...]}.'
+        raise malformed(describe_validation_error(exc, ToolCallBatch, body)) from None
+    except msgspec.DecodeError as exc:
+        raise malformed(
+            f'{decode_error_message(body, exc)}; the body must be a JSON object {{"tool_calls": [...]}}'
         ) from None
-    problem = repeated_key_problem(body)
-    if problem is not None:
-        raise ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"Malformed tool-call batch: {problem}.")
     return check_calls(batch.tool_calls, max_batch_size=max_batch_size)
 
 
@@ -98,9 +110,17 @@ def check_calls(calls: list[ToolCallIn], *, max_batch_size: int) -> list[ToolCal
             )
         seen.add(call.id)
         arguments = call.function.arguments
-        raw = arguments.encode() if isinstance(arguments, str) else msgspec.json.encode(arguments)
+        raw = _argument_bytes(arguments)
         checked.append(ToolCallRequest(id=call.id, name=call.function.name, arguments=raw))
     return checked
+
+
+def _argument_bytes(arguments: str | dict[str, Any]) -> bytes:
+    # A lone surrogate (a model's text may hold one) cannot be encoded as UTF-8: pass it
+    # through as invalid bytes, which the call's own argument decoding then refuses.
+    if isinstance(arguments, str):
+        return arguments.encode("utf-8", "surrogatepass")
+    return msgspec.json.encode(arguments)
 
 
 def call_problem(call: ToolCallIn, where: str) -> ProtocolError | None:
@@ -115,7 +135,7 @@ def call_problem(call: ToolCallIn, where: str) -> ProtocolError | None:
         return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is missing or empty.")
     if len(function.name) > MAX_TOOL_NAME_LENGTH:
         return ProtocolError(ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name is too long.")
-    if unstorable(function.name):
+    if not is_storable(function.name):
         return ProtocolError(
             ErrorCode.INVALID_TOOL_CALL, f"{where}.function.name must not contain NUL characters or lone surrogates."
         )
@@ -131,7 +151,7 @@ def id_problem(call_id: str | None, where: str) -> ProtocolError | None:
         return ProtocolError(
             ErrorCode.INVALID_TOOL_CALL, f"{where}.id is longer than {MAX_TOOL_CALL_ID_LENGTH} characters."
         )
-    if unstorable(call_id):
+    if not is_storable(call_id):
         return ProtocolError(
             ErrorCode.INVALID_TOOL_CALL, f"{where}.id must not contain NUL characters or lone surrogates."
         )

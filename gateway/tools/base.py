@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.auth.principal import Principal
 from gateway.db.engine import Database
-from gateway.tools.repeated_keys import repeated_key_problem
 
 REDACTED = "[REDACTED]"
 
@@ -79,11 +78,9 @@ class StructArguments:
 
 def decode_arguments(raw: bytes, parse: Callable[[bytes], Any]) -> DecodedArguments:
     """What every codec does around its own ``parse``: no arguments at all are an empty
-    object, a key given twice is refused, and the parsed value gets its canonical JSON
-    (sorted keys), NUL refused."""
-    problem = repeated_key_problem(raw)
-    if problem is not None:  # before parsing: which of the values was meant is unknowable
-        raise ArgumentsInvalid(f"Invalid arguments: {problem}.")
+    object, and the parsed value gets its canonical JSON (sorted keys), NUL refused. (The
+    document rules, depth, storable text and keys given once, apply before: see
+    ``gateway.execution.checks``.)"""
     value = parse(raw if raw.strip() else b"{}")
     canonical = msgspec.json.encode(value, order="sorted")
     refuse_nul(canonical)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MAX_NAMED_KEY = 64
-
 
 class _Repeated(Exception):
     def __init__(self, key: str) -> None:
@@ -36,17 +34,17 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _decoder = json.JSONDecoder(object_pairs_hook=_unique)
 
 
-def repeated_key_problem(document: bytes) -> str | None:
-    """What is wrong with ``document`` as far as repeated keys go, in words safe to show the
-    model, or ``None`` (also when it is not JSON at all: its decoder reports that)."""
+def repeated_key(document: bytes) -> str | None:
+    """The first key ``document`` gives twice in one object, as given (it may hold any
+    character: quote it with ``gateway.text.quoted``), or ``None`` (also when it is not JSON
+    at all: its decoder reports that). Callers bound the document's depth first
+    (``gateway.text.json_document_problem`` does both)."""
     if document.count(b":") < 2:  # every key needs a colon: fewer than two keys in all
         return None
     try:
         _decoder.decode(document.decode())
     except _Repeated as exc:
-        return f"the key `{exc.key[:MAX_NAMED_KEY]}` is given more than once in one object"
-    except RecursionError:
-        return "it nests too deeply"
-    except ValueError:  # not JSON (or not UTF-8) at all: the caller's decoder says so in its own words
+        return exc.key
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8): the caller's decoder says so
         return None
     return None

@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 
-from gateway.logging import shared_processors
+from gateway.logging import render_exception, shared_processors
 
 
 class CapturedLogs:
@@ -30,7 +30,7 @@ class CapturedLogs:
 
     def install(self) -> None:
         structlog.configure(
-            processors=[*shared_processors(), structlog.processors.format_exc_info, self.capture],
+            processors=[*shared_processors(), render_exception, self.capture],
             wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
             cache_logger_on_first_use=False,
         )

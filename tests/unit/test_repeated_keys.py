@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import ErrorCode
-from gateway.execution.protocol import ProtocolError, parse_batch
+from gateway.execution.checks import decode_arguments
+from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
 from gateway.tools.base import ArgumentsInvalid, StructArguments
 from gateway.tools.builtin import TwoIntegers
 from gateway.tools.json_arguments import JsonSchemaArguments
-from gateway.tools.repeated_keys import repeated_key_problem
+from gateway.text import DEFAULT_MAX_JSON_DEPTH, json_document_problem
+from gateway.tools.repeated_keys import repeated_key
 
 TWO = StructArguments(TwoIntegers)
 NESTED = JsonSchemaArguments({
@@ -22,16 +25,20 @@ NESTED = JsonSchemaArguments({
 })
 
 
+def repeated_key_problem(document: bytes) -> str | None:
+    return json_document_problem(document, max_depth=DEFAULT_MAX_JSON_DEPTH)
+
+
 def refusal(codec: StructArguments | JsonSchemaArguments, raw: bytes) -> str:
+    """What the per-call check says of ``raw`` as a call's arguments for a tool taking ``codec``."""
+    tool = SimpleNamespace(arguments=codec)
     with pytest.raises(ArgumentsInvalid) as caught:
-        codec.decode(raw)
+        decode_arguments(tool, ToolCallRequest(id="c1", name="t", arguments=raw), max_json_depth=DEFAULT_MAX_JSON_DEPTH)  # type: ignore[arg-type]
     return caught.value.message
 
 
 def test_a_repeated_argument_is_refused_naming_it_whichever_value_would_win():
-    assert refusal(TWO, b'{"a": 1, "b": 2, "a": 3}') == (
-        "Invalid arguments: the key `a` is given more than once in one object."
-    )
+    assert refusal(TWO, b'{"a": 1, "b": 2, "a": 3}') == "the key `a` is given more than once in one object."
     assert "`a`" in refusal(TWO, b'{"a": 1, "a": 1, "b": 2}')
 
 
@@ -47,18 +54,29 @@ def test_the_same_key_in_different_objects_is_fine():
 def test_a_long_repeated_key_is_named_cut_short():
     key = "k" * 500
     problem = repeated_key_problem(f'{{"{key}": 1, "{key}": 2}}'.encode())
-    assert problem is not None and f"`{'k' * 64}`" in problem and "k" * 65 not in problem
+    assert problem is not None and f"`{'k' * 64}…`" in problem and "k" * 65 not in problem
+
+
+def test_a_repeated_key_is_quoted_escaped_whatever_it_holds():
+    problem = repeated_key_problem(b'{"a\\u0001\\n": 1, "a\\u0001\\n": 2}')
+    assert problem == "the key `a\\u0001\\u000a` is given more than once in one object"
+
+
+def test_a_lone_surrogate_as_a_repeated_key_is_refused_as_text_that_cannot_be_stored():
+    message = refusal(TWO, b'{"\\ud800": 1, "\\ud800": 2}')
+    assert "lone UTF-16 surrogate" in message
+    message.encode()  # the message itself can always be encoded
 
 
 def test_nesting_too_deep_to_check_is_refused_not_crashed():
     deep = b'{"a":' * 1500 + b"1" + b"}" * 1500
-    assert repeated_key_problem(deep) == "it nests too deeply"
+    assert repeated_key_problem(deep) == "it nests arrays and objects more than 64 levels deep"
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=8), max_size=6))
 def test_a_document_json_can_write_has_no_repeated_key(value):
-    assert repeated_key_problem(json.dumps({"outer": value, "list": [value, value]}).encode()) is None
+    assert repeated_key(json.dumps({"outer": value, "list": [value, value]}).encode()) is None
 
 
 def batch(raw_call: str) -> bytes:

@@ -53,6 +53,8 @@ def test_an_empty_variable_means_the_default():
         ("GATEWAY_JWT_ALGORITHMS", "HS256,none"),
         ("GATEWAY_LOG_FORMAT", "xml"),
         ("GATEWAY_MAX_BODY_BYTES", "0"),
+        ("GATEWAY_MAX_JSON_DEPTH", "0"),
+        ("GATEWAY_MAX_JSON_DEPTH", "513"),
     ],
 )
 def test_an_invalid_value_stops_start_up_naming_the_variable(name, value):
@@ -116,3 +118,8 @@ def test_the_token_lifetime_cap_defaults_to_a_day_and_must_be_positive():
     assert Settings.from_env({}).jwt_max_lifetime_s == 86_400
     with pytest.raises(SettingsError, match="GATEWAY_JWT_MAX_LIFETIME_S"):
         Settings.from_env({"GATEWAY_JWT_MAX_LIFETIME_S": "0"})
+
+
+def test_the_json_depth_limit_defaults_to_64_and_is_read_from_its_variable():
+    assert Settings.from_env({}).max_json_depth == 64
+    assert Settings.from_env({"GATEWAY_MAX_JSON_DEPTH": "200"}).max_json_depth == 200

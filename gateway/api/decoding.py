@@ -1,0 +1,100 @@
+"""Where every request's input is decoded: JSON bodies and query parameters.
+
+Every route's ``data`` body is decoded here, once (``GatewayRequest.json``), under one rule:
+the body nests at most ``GATEWAY_MAX_JSON_DEPTH`` deep, holds only storable text, gives each
+key once, and decodes strictly into the route's type (no coercion, unknown fields refused at
+every level). A body that breaks the rule is ``400 INVALID_REQUEST`` whose message names what
+broke and where: the line and column of malformed JSON, the field and the fields expected.
+The tool-call batch reads its body raw and applies the same rules in
+``gateway.execution.protocol`` (``422 INVALID_TOOL_CALL``).
+
+Query parameters hold only storable text (``check_request``, the app's ``before_request``:
+Litestar runs only the innermost layer's hook, so a controller that sets one of its own must
+call ``check_request`` first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.types import Empty
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.text import (
+    DEFAULT_MAX_JSON_DEPTH,
+    decode_error_message,
+    describe_validation_error,
+    expected_shape,
+    json_document_problem,
+    out_of_range_field,
+    quoted,
+    unstorable_text_problem,
+)
+
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder_for(target: Any) -> msgspec.json.Decoder[Any]:
+    decoder = _decoders.get(target)
+    if decoder is None:
+        decoder = _decoders[target] = msgspec.json.Decoder(target, strict=True)
+    return decoder
+
+
+def invalid_body(problem: str) -> GatewayError:
+    return GatewayError(ErrorCode.INVALID_REQUEST, f"Invalid request body: {problem}.")
+
+
+def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
+    """``body`` decoded into ``target`` under the rule above, or ``GatewayError`` (400)."""
+    problem = json_document_problem(body, max_depth=max_depth)
+    if problem is not None:
+        raise invalid_body(problem)
+    try:
+        value = _decoder_for(target).decode(body)
+    except msgspec.ValidationError as exc:
+        raise invalid_body(describe_validation_error(exc, target, body)) from None
+    except msgspec.DecodeError as exc:
+        raise invalid_body(decode_error_message(body, exc)) from None
+    where = out_of_range_field(value)
+    if where is not None:
+        raise invalid_body(f"`{quoted(where)}` is out of range")
+    return value
+
+
+def body_type(request: Request[Any, Any, Any]) -> Any:
+    """The type the route declares for its ``data`` body (``Any`` when it declares none)."""
+    field = request.route_handler.parsed_data_field
+    return Any if field is None else field.annotation
+
+
+class GatewayRequest(Request[Any, Any, Any]):
+    """Litestar's request, decoding JSON bodies under the gateway's rule (``decode_body``)."""
+
+    async def json(self) -> Any:
+        if self._json is Empty:
+            cached = self._connection_state.json
+            if cached is not Empty:
+                self._json = cached
+            else:
+                body = await self.body()
+                settings = getattr(self.app.state, "settings", None)  # set in the lifespan
+                max_depth = settings.max_json_depth if settings is not None else DEFAULT_MAX_JSON_DEPTH
+                self._json = self._connection_state.json = decode_body(
+                    body or b"null", body_type(self), max_depth=max_depth
+                )
+        return self._json
+
+
+async def check_request(request: Request[Any, Any, Any]) -> None:
+    """Before any handler: query parameters hold storable text, and a route that needs a body
+    gets one (Litestar would otherwise say only that ``data`` is missing)."""
+    for name, value in request.query_params.multi_items():
+        problem = unstorable_text_problem(name) or unstorable_text_problem(value)
+        if problem is not None:
+            raise GatewayError(ErrorCode.INVALID_REQUEST, f"Invalid query parameter `{quoted(name)}`: {problem}.")
+    field = request.route_handler.parsed_data_field
+    if field is not None and not field.is_optional and not await request.body():
+        raise invalid_body(f"it is empty; expected {expected_shape(field.annotation)}")
