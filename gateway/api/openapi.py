@@ -1,16 +1,26 @@
-"""OpenAPI helpers: documented error responses, and request bodies a handler decodes itself.
+"""OpenAPI helpers: documented error responses, request bodies a handler decodes itself, and
+the pass that makes the generated document as strict as the server.
 
 The tool-calls route reads its raw body so that a malformed batch is still audited and
 answered ``422 INVALID_TOOL_CALL``; ``raw_json_body`` keeps its request schema in the
 OpenAPI document all the same.
+
+Litestar's generator drops what msgspec enforces (``forbid_unknown_fields``, ``gt``), marks
+a body with a default as required and cannot say a route needs no token; ``tighten`` fixes
+the document where the server is the authority, once, before it is first served.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
+from litestar import Request
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import (
     OpenAPIMediaType,
     OpenAPIResponse,
@@ -20,15 +30,16 @@ from litestar.openapi.spec import (
     Schema,
 )
 
-from gateway.api.schemas import ErrorEnvelope
+from gateway.api.schemas import ErrorEnvelope, Input
+from gateway.auth.middleware import PUBLIC_PATHS
 from gateway.tools.base import inline_json_schema
 
 ERROR_DESCRIPTIONS = {
-    400: "Invalid request (INVALID_REQUEST)",
+    400: "Invalid request (INVALID_REQUEST, CLIENT_TOOLS_NOT_ALLOWED)",
     401: "Missing or invalid bearer token (UNAUTHENTICATED)",
     403: "Not permitted (FORBIDDEN, TENANT_DISABLED, SELF_APPROVAL_FORBIDDEN)",
     404: "Not found in the caller's tenant (NOT_FOUND)",
-    409: "Conflict (ALREADY_DECIDED, APPROVAL_EXPIRED, RUN_NOT_RESUMABLE)",
+    409: "Conflict (ALREADY_DECIDED, APPROVAL_EXPIRED, RUN_NOT_RESUMABLE, CONFLICT)",
     413: "Body too large (PAYLOAD_TOO_LARGE)",
     422: "Protocol error: nothing ran (INVALID_TOOL_CALL, DUPLICATE_TOOL_CALL_ID)",
     429: "Over the tenant's or user's rate limit (RATE_LIMITED); see Retry-After",
@@ -36,6 +47,8 @@ ERROR_DESCRIPTIONS = {
     503: "Database unavailable (SERVICE_UNAVAILABLE) or no model provider (MODEL_NOT_CONFIGURED)",
     504: "The model provider did not answer in time (UPSTREAM_TIMEOUT)",
 }
+
+TOOL_CALLS_PATH = "/v1/runs/{run_id}/tool-calls"
 
 
 def raw_json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]:
@@ -79,3 +92,110 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
         )
         for status in statuses
     }
+
+
+# -- the document says what the server enforces ------------------------------------------------
+
+_COMPONENT_REF = "#/components/schemas/{name}"
+_BODY_METHODS = ("post", "put", "patch")
+_OPERATION_METHODS = ("get", "head", "post", "put", "patch", "delete")
+
+
+def request_structs() -> list[type[msgspec.Struct]]:
+    """Every request body type: the subclasses of ``Input`` (each forbids unknown fields)."""
+    found: list[type[msgspec.Struct]] = []
+    pending: list[type[msgspec.Struct]] = [Input]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                pending.append(sub)
+    return found
+
+
+def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: int) -> None:
+    """Make Litestar's generated document as strict as the server, in place.
+
+    - request bodies are described by msgspec's own schema of the Structs the server decodes
+      them with: ``additionalProperties: false``, ``exclusiveMinimum``, patterns and enums
+      exactly as enforced;
+    - a body the handler does not need (a ``data`` parameter with a default) is optional;
+    - the public routes (the authentication middleware's exclusions) need no token;
+    - every operation lists the errors it can answer, each with the error envelope.
+    """
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    structs = [s for s in request_structs() if s.__name__ in schemas]
+    if structs:
+        _, components = msgspec.json.schema_components(structs, ref_template=_COMPONENT_REF)
+        schemas.update(components)
+    envelope = {"$ref": _COMPONENT_REF.format(name="ErrorEnvelope")}
+    optional_bodies = {
+        (route.path_format, method.lower())
+        for route in routes
+        for handler in getattr(route, "route_handlers", ())
+        for method in handler.http_methods
+        if (data := handler.parsed_fn_signature.parameters.get("data")) is not None and data.has_default
+    }
+    for path, item in document.get("paths", {}).items():
+        public = any(re.match(pattern, path) for pattern in PUBLIC_PATHS)
+        for method in _OPERATION_METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            body = operation.get("requestBody")
+            if body is not None and (path, method) in optional_bodies:
+                body["required"] = False
+            if path == TOOL_CALLS_PATH and method == "post" and body is not None:
+                body["content"]["application/json"]["schema"]["properties"]["tool_calls"]["maxItems"] = max_batch_size
+            statuses = _statuses(path, method, public=public, has_body=body is not None, operation=operation)
+            responses = operation.setdefault("responses", {})
+            for status in statuses:
+                responses.setdefault(
+                    str(status),
+                    {
+                        "description": ERROR_DESCRIPTIONS[status],
+                        "content": {"application/json": {"schema": envelope}},
+                    },
+                )
+            if public:
+                operation["security"] = []
+
+
+def _statuses(path: str, method: str, *, public: bool, has_body: bool, operation: dict[str, Any]) -> list[int]:
+    statuses: list[int] = []
+    parameters = operation.get("parameters", [])
+    if has_body or parameters:
+        statuses.append(400)
+    if has_body:
+        statuses.append(413)
+    if not public:
+        # Every authenticated route reads the token's tenant and roles from the database.
+        statuses += [401, 403, 429, 503]
+    if any(p.get("in") == "path" for p in parameters):
+        statuses.append(404)
+    return statuses
+
+
+class StrictDocument:
+    """Tightens the app's generated document once, the first time a render plugin serves it."""
+
+    def __init__(self, *, max_batch_size: int) -> None:
+        self.max_batch_size = max_batch_size
+        self._done: dict[str, Any] | None = None
+
+    def __call__(self, request: Request, document: dict[str, Any]) -> dict[str, Any]:
+        if self._done is not document:
+            tighten(document, request.app.routes, max_batch_size=self.max_batch_size)
+            self._done = document
+        return document
+
+
+class ContractJsonRenderPlugin(JsonRenderPlugin):
+    """``/schema/openapi.json``, tightened."""
+
+    def __init__(self, strict: StrictDocument) -> None:
+        super().__init__()
+        self.strict = strict
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        return super().render(request, self.strict(request, openapi_schema))
