@@ -30,7 +30,10 @@ class RunCreate(RunLimitsIn):
     limits: RunLimitsIn | None = None
 
 
-NOT_BLANK_NOR_NUL = r"^[^\x00]*[^\s\x00][^\x00]*$"
+WHITE_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+"""What Python's ``str.strip()`` removes, spelled out: ``\\s`` means less than that in JSON Schema
+(ECMA-262) regular expressions, so a pattern with ``\\s`` would say less than the server checks."""
+NOT_BLANK_NOR_NUL = rf"^[^\x00]*[^\x00{WHITE_SPACE}][^\x00]*$"
 """Some character other than white space, and no NUL (PostgreSQL text cannot hold it)."""
 
 
