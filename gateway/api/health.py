@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from litestar import get, head
 from litestar.datastructures import State
@@ -22,9 +23,12 @@ class Readiness:
     """Whether the database answered, asked at most once per ``ttl_s``; concurrent probes
     wait for the one query in flight instead of sending their own."""
 
-    def __init__(self, db: Database, *, ttl_s: float = READINESS_CACHE_S) -> None:
+    def __init__(
+        self, db: Database, *, ttl_s: float = READINESS_CACHE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._db = db
         self._ttl_s = ttl_s
+        self._clock = clock
         self._ready = False
         self._checked_at: float | None = None
         self._lock = asyncio.Lock()
@@ -39,11 +43,11 @@ class Readiness:
                     self._ready = True
                 except Exception:  # any failure to answer means "not ready"; the probe says nothing more
                     self._ready = False
-                self._checked_at = time.monotonic()
+                self._checked_at = self._clock()
         return self._ready
 
     def _fresh(self) -> bool:
-        return self._checked_at is not None and time.monotonic() - self._checked_at < self._ttl_s
+        return self._checked_at is not None and self._clock() - self._checked_at < self._ttl_s
 
 
 @get("/healthz", tags=["health"], summary="Liveness")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -26,9 +27,9 @@ from gateway.observability import metrics
 
 SCRAPE_DATABASE_TIMEOUT_S = 2.0
 DATABASE_GAUGES_CACHE_S = 1.0
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""Prometheus' text format 0.0.4, with one charset (Litestar would append a second one to
-prometheus-client's ``CONTENT_TYPE_LATEST``)."""
+MEDIA_TYPE = "text/plain; version=0.0.4"
+"""Prometheus' text format 0.0.4; Litestar appends ``; charset=utf-8`` to any ``text/`` type, so
+prometheus-client's ``CONTENT_TYPE_LATEST``, which has it already, would name two charsets."""
 
 
 async def pending_approvals(db: Database) -> dict[str, int]:
@@ -45,9 +46,12 @@ async def pending_approvals(db: Database) -> dict[str, int]:
 class DatabaseGauges:
     """The pending approvals by tenant (None: the database did not answer), read at most once per ``ttl_s``."""
 
-    def __init__(self, db: Database, *, ttl_s: float = DATABASE_GAUGES_CACHE_S) -> None:
+    def __init__(
+        self, db: Database, *, ttl_s: float = DATABASE_GAUGES_CACHE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._db = db
         self._ttl_s = ttl_s
+        self._clock = clock
         self._pending: dict[str, int] | None = None
         self._read_at: float | None = None
         self._lock = asyncio.Lock()
@@ -55,13 +59,13 @@ class DatabaseGauges:
     async def pending(self, *, fresh: bool = False) -> dict[str, int] | None:
         """``fresh``: read now whatever the age of the last answer (an authorised scraper's request)."""
         async with self._lock:
-            if fresh or self._read_at is None or time.monotonic() - self._read_at >= self._ttl_s:
+            if fresh or self._read_at is None or self._clock() - self._read_at >= self._ttl_s:
                 try:
                     async with asyncio.timeout(SCRAPE_DATABASE_TIMEOUT_S):
                         self._pending = await pending_approvals(self._db)
                 except Exception:  # a scrape must answer while the database is down: it reports database_up 0
                     self._pending = None
-                self._read_at = time.monotonic()
+                self._read_at = self._clock()
             return self._pending
 
 
@@ -84,4 +88,4 @@ async def scrape_metrics(request: Request, state: State) -> Response[bytes]:
     body = metrics.render(
         database_up=pending is not None, pending_approvals=pending, tenant_labels=settings.metrics_tenant_labels
     )
-    return Response(content=body, media_type=CONTENT_TYPE)
+    return Response(content=body, media_type=MEDIA_TYPE)

@@ -88,3 +88,92 @@ async def test_the_tool_calls_response_is_typed(document):
 async def test_routes_under_v1_declare_bearer_security(document):
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert document.get("security") == [{"bearer": []}]
+
+
+PUBLIC = ("/healthz", "/readyz", "/.well-known/jwks.json")
+
+
+def body_schema(document, operation):
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    for option in schema.get("oneOf", schema.get("anyOf", [schema])):
+        if option.get("type") != "null":
+            return resolve(document, option)
+    raise AssertionError(schema)
+
+
+def not_null(schema):
+    """The non-null branch of ``X | None``."""
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") != "null":
+            return option
+    raise AssertionError(schema)
+
+
+async def test_every_request_body_refuses_unknown_fields_as_the_server_does(document):
+    bodies = [(p, m, o) for p, m, o in operations(document) if "requestBody" in o]
+    assert len(bodies) >= 9
+    for path, method, operation in bodies:
+        assert body_schema(document, operation)["additionalProperties"] is False, (path, method)
+    for name in ("RunLimitsIn", "GatewayOptions", "StreamOptions", "ChatMessageIn", "ToolPolicyIn", "RoleUpdate"):
+        assert document["components"]["schemas"][name]["additionalProperties"] is False, name
+
+
+async def test_bounds_patterns_and_enums_the_server_enforces_are_in_the_schema(document):
+    schemas = document["components"]["schemas"]
+    assert not_null(schemas["GatewayOptions"]["properties"]["timeout_s"])["exclusiveMinimum"] == 0
+    assert not_null(schemas["ToolPolicyIn"]["properties"]["timeout_s"])["exclusiveMinimum"] == 0
+    assert schemas["RoleCreate"]["properties"]["permissions"]["items"]["pattern"].startswith("^[a-z]")
+    assert not_null(schemas["ToolPolicyIn"]["properties"]["allowed_roles"])["items"]["pattern"]
+    assert schemas["ToolPolicyIn"]["properties"]["approval_mode"]["enum"] == ["always", "mutating", "never"]
+    assert not_null(schemas["RunLimitsIn"]["properties"]["expires_at"])["format"] == "date-time"
+    status = next(
+        p for p in document["paths"]["/v1/admin/approvals"]["get"]["parameters"] if p["name"] == "status"
+    )
+    assert set(status["schema"]["enum"]) >= {"pending", "executing", "succeeded", "failed", "rejected", "expired"}
+    export_format = next(
+        p for p in document["paths"]["/v1/admin/audit/export"]["get"]["parameters"] if p["name"] == "format"
+    )
+    assert export_format["schema"]["enum"] == ["jsonl", "csv"]
+
+
+async def test_the_tool_call_fields_are_required_and_never_null(document):
+    operation = document["paths"]["/v1/runs/{run_id}/tool-calls"]["post"]
+    batch_schema = body_schema(document, operation)
+    calls = batch_schema["properties"]["tool_calls"]
+    assert calls["minItems"] == 1 and calls["maxItems"] == 64  # GATEWAY_MAX_BATCH_SIZE
+    call = resolve(document, calls["items"])
+    assert set(call["required"]) == {"id", "type", "function"}
+    assert call["properties"]["id"]["type"] == "string" and call["properties"]["id"]["minLength"] == 1
+    assert call["properties"]["type"] == {"enum": ["function"]}
+    function = resolve(document, call["properties"]["function"])
+    assert set(function["required"]) == {"name", "arguments"}
+    for schema in (call["properties"]["id"], function["properties"]["name"]):
+        assert "anyOf" not in schema and schema["type"] == "string"
+
+
+async def test_a_body_the_route_can_do_without_is_documented_optional(document):
+    optional = {("/v1/runs", "post"), ("/v1/runs/{run_id}/resume", "post")}
+    for path, method, operation in operations(document):
+        if "requestBody" in operation:
+            assert operation["requestBody"].get("required", False) is ((path, method) not in optional), (path, method)
+
+
+async def test_public_routes_need_no_token_and_answer_head(document):
+    for path in PUBLIC:
+        for method, operation in document["paths"][path].items():
+            assert operation["security"] == [], (path, method)
+    assert {"get", "head"} <= set(document["paths"]["/healthz"]) and {"get", "head"} <= set(document["paths"]["/readyz"])
+    for path, method, operation in operations(document):
+        if path not in PUBLIC:
+            assert "security" not in operation, (path, method)  # the document's bearer requirement applies
+
+
+async def test_every_route_documents_the_errors_it_can_answer(document):
+    for path, method, operation in operations(document):
+        statuses = set(operation["responses"])
+        if path not in PUBLIC:
+            assert {"401", "403", "429", "503"} <= statuses, (path, method)
+        if "requestBody" in operation:
+            assert {"400", "413"} <= statuses, (path, method)
+        if "{" in path:
+            assert {"400", "404"} <= statuses, (path, method)
