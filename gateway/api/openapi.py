@@ -101,6 +101,52 @@ _BODY_METHODS = ("post", "put", "patch")
 _OPERATION_METHODS = ("get", "head", "post", "put", "patch", "delete")
 
 
+LINKS: dict[tuple[str, str, str], list[tuple[str, str, str, str]]] = {
+    # (path, method, status): [(target path, target method, its path parameter, where the value is)]
+    ("/v1/runs", "post", "201"): [
+        ("/v1/runs/{run_id}", "get", "run_id", "$response.body#/id"),
+        ("/v1/runs/{run_id}/tool-calls", "post", "run_id", "$response.body#/id"),
+        ("/v1/runs/{run_id}/resume", "post", "run_id", "$response.body#/id"),
+    ],
+    ("/v1/chat/completions", "post", "200"): [
+        ("/v1/runs/{run_id}", "get", "run_id", "$response.body#/gateway/run_id"),
+        ("/v1/runs/{run_id}/resume", "post", "run_id", "$response.body#/gateway/run_id"),
+    ],
+    ("/v1/admin/roles", "post", "201"): [
+        ("/v1/admin/roles/{name}", "get", "name", "$response.body#/name"),
+        ("/v1/admin/roles/{name}", "put", "name", "$response.body#/name"),
+        ("/v1/admin/roles/{name}", "delete", "name", "$response.body#/name"),
+    ],
+    ("/v1/admin/tools", "get", "200"): [
+        ("/v1/admin/tools/{tool}", "get", "tool", "$response.body#/items/0/tool"),
+        ("/v1/admin/tools/{tool}", "put", "tool", "$response.body#/items/0/tool"),
+    ],
+    ("/v1/admin/tools/{tool}", "put", "200"): [
+        ("/v1/admin/tools/{tool}", "get", "tool", "$response.body#/tool"),
+        ("/v1/admin/tools/{tool}", "delete", "tool", "$response.body#/tool"),
+    ],
+    ("/v1/admin/approvals", "get", "200"): [
+        ("/v1/approvals/{approval_id}", "get", "approval_id", "$response.body#/items/0/id"),
+        ("/v1/admin/approvals/{approval_id}/approve", "post", "approval_id", "$response.body#/items/0/id"),
+        ("/v1/admin/approvals/{approval_id}/reject", "post", "approval_id", "$response.body#/items/0/id"),
+    ],
+}
+"""OpenAPI links: where an answer's ids lead (clients and stateful testers follow them)."""
+
+
+def add_links(paths: dict[str, Any]) -> None:
+    for (path, method, status), targets in LINKS.items():
+        response = paths.get(path, {}).get(method, {}).get("responses", {}).get(status)
+        if response is None:
+            continue
+        links = response.setdefault("links", {})
+        for target_path, target_method, parameter, value in targets:
+            target = paths.get(target_path, {}).get(target_method)
+            if target is None or "operationId" not in target:
+                continue
+            links[target["operationId"]] = {"operationId": target["operationId"], "parameters": {parameter: value}}
+
+
 def request_structs() -> list[type[msgspec.Struct]]:
     """Every request body type: the subclasses of ``Input`` (each forbids unknown fields)."""
     found: list[type[msgspec.Struct]] = []
@@ -121,7 +167,8 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
       exactly as enforced;
     - a body the handler does not need (a ``data`` parameter with a default) is optional;
     - the public routes (the authentication middleware's exclusions) need no token;
-    - every operation lists the errors it can answer, each with the error envelope.
+    - every operation lists the errors it can answer, each with the error envelope;
+    - answers that carry an id link to the operations that take it.
     """
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     structs = [s for s in request_structs() if s.__name__ in schemas]
@@ -159,6 +206,7 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
                 )
             if public:
                 operation["security"] = []
+    add_links(document.get("paths", {}))
 
 
 def _statuses(path: str, method: str, *, public: bool, has_body: bool, operation: dict[str, Any]) -> list[int]:

@@ -177,3 +177,15 @@ async def test_every_route_documents_the_errors_it_can_answer(document):
             assert {"400", "413"} <= statuses, (path, method)
         if "{" in path:
             assert {"400", "404"} <= statuses, (path, method)
+
+
+async def test_answers_that_carry_an_id_link_to_the_operations_that_take_it(document):
+    links = document["paths"]["/v1/runs"]["post"]["responses"]["201"]["links"]
+    by_target = {link["operationId"]: link["parameters"] for link in links.values()}
+    get_run = document["paths"]["/v1/runs/{run_id}"]["get"]["operationId"]
+    tool_calls = document["paths"]["/v1/runs/{run_id}/tool-calls"]["post"]["operationId"]
+    assert by_target[get_run] == {"run_id": "$response.body#/id"}
+    assert by_target[tool_calls] == {"run_id": "$response.body#/id"}
+    role_links = document["paths"]["/v1/admin/roles"]["post"]["responses"]["201"]["links"]
+    assert {link["parameters"]["name"] for link in role_links.values()} == {"$response.body#/name"}
+    validate(document)
