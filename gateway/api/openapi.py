@@ -97,7 +97,6 @@ def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
 # -- the document says what the server enforces ------------------------------------------------
 
 _COMPONENT_REF = "#/components/schemas/{name}"
-_BODY_METHODS = ("post", "put", "patch")
 _OPERATION_METHODS = ("get", "head", "post", "put", "patch", "delete")
 
 
@@ -194,7 +193,7 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
                 body["required"] = False
             if path == TOOL_CALLS_PATH and method == "post" and body is not None:
                 body["content"]["application/json"]["schema"]["properties"]["tool_calls"]["maxItems"] = max_batch_size
-            statuses = _statuses(path, method, public=public, has_body=body is not None, operation=operation)
+            statuses = _statuses(operation, public=public)
             responses = operation.setdefault("responses", {})
             for status in statuses:
                 responses.setdefault(
@@ -209,9 +208,11 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
     add_links(document.get("paths", {}))
 
 
-def _statuses(path: str, method: str, *, public: bool, has_body: bool, operation: dict[str, Any]) -> list[int]:
+def _statuses(operation: dict[str, Any], *, public: bool) -> list[int]:
+    """The errors that follow from the operation's shape (a route adds its own, e.g. 409 or 422)."""
     statuses: list[int] = []
     parameters = operation.get("parameters", [])
+    has_body = "requestBody" in operation
     if has_body or parameters:
         statuses.append(400)
     if has_body:
