@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from tests.support.loopback import free_port
@@ -34,3 +36,16 @@ def test_an_unreachable_database_is_one_line_and_a_failing_exit(closed_port_url:
     assert lines[0].startswith("gateway: the database at postgresql+asyncpg://gateway:***@127.0.0.1:"), lines[0]
     assert "failed: " in lines[0] and "Traceback" not in result.stderr
     assert "hunter2" not in result.stderr + result.stdout
+
+
+@pytest.mark.postgres
+def test_serve_on_a_port_in_use_is_one_line_and_a_failing_exit(fleet_database: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = run_cli(fleet_database, "serve", "--no-migrate", "--port", str(port))
+    assert result.returncode != 0
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "address already in use" in lines[0] and "Traceback" not in lines[0]
