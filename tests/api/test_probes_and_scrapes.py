@@ -12,6 +12,7 @@ from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
 from tests.support.app import make_settings
+from tests.support import db
 from tests.support.calls import batch, contents, new_run, tool_call
 from tests.support.http import assert_error
 from tests.support.loopback import free_port
@@ -129,3 +130,14 @@ async def test_database_up_is_zero_when_the_database_is_down() -> None:
     async with gateway(url, database_pool_timeout_s=1.0) as client:
         scraped = await scrape(client)
     assert value(scraped, "gateway_database_up") == 0
+
+
+async def test_an_approval_found_expired_when_decided_is_counted_as_expired(seeded_pg_url: str) -> None:
+    async with gateway(seeded_pg_url) as client:
+        before = await scrape(client)
+        approval_id = await _request_approval(client)
+        await db.expire_approval(seeded_pg_url, approval_id)
+        late = await client.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol"))
+        assert late.status_code == 409, late.text
+        after = await scrape(client)
+    assert growth(before, after)("gateway_approvals_decided_total", decision="expired") == 1
