@@ -77,4 +77,6 @@ def test_schemathesis_finds_no_failure_beyond_the_ones_named_by_design(gateway_u
     assert report.cases > 100, report.cases  # it did run
     unexpected = report.not_covered_by(BY_DESIGN)
     assert not report.errors, "\n".join(report.errors)
-    assert not unexpected, f"{len(unexpected)} failure(s):\n" + "\n".join(str(f) for f in unexpected)
+    assert not unexpected, f"{report.cases} cases, {len(unexpected)} failure(s):\n" + "\n".join(
+        str(f) for f in unexpected
+    )
