@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from tests.support.loopback import ServerThread
@@ -49,12 +49,18 @@ def encode(value: Any) -> bytes:
 
 
 @st.composite
-def deep(draw: st.DrawFn) -> bytes:
+def deep(draw: st.DrawFn, inside: tuple[str, str] = ("", "")) -> bytes:
+    """Nesting ``depth`` deep, alone or as one value of an otherwise well-formed body (``inside``)."""
     depth = draw(st.integers(min_value=1, max_value=100_000))
     opener, closer = draw(st.sampled_from([("[", "]"), ('{"a":', "}")]))
     tail = draw(st.sampled_from(["0", '"x"', "null", ""]))
     close = draw(st.booleans())
-    return (opener * depth + tail + (closer * depth if close else "")).encode()
+    before, after = draw(st.sampled_from([("", ""), inside]))
+    return (before + opener * depth + tail + (closer * depth if close else "") + after).encode()
+
+
+IN_A_CALL = ('{"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": ', "}}]}")
+IN_A_CHAT = ('{"model": "default", "messages": [{"role": "user", "content": "hi"}], "metadata": ', "}")
 
 
 def tool_call_bodies() -> st.SearchStrategy[bytes]:
@@ -75,7 +81,7 @@ def tool_call_bodies() -> st.SearchStrategy[bytes]:
         st.binary(max_size=600),
         JSON_VALUE.map(encode),
         st.lists(call, min_size=0, max_size=5).map(lambda calls: encode({"tool_calls": calls})),
-        deep(),
+        deep(IN_A_CALL),
     )
 
 
@@ -89,7 +95,7 @@ def chat_bodies() -> st.SearchStrategy[bytes]:
         {"model": st.one_of(st.just("default"), TEXT), "messages": st.lists(message, min_size=0, max_size=3)},
         optional={"gateway": JSON_VALUE, "temperature": JSON_VALUE, "metadata": JSON_VALUE, "stop": JSON_VALUE},
     )
-    return st.one_of(st.binary(max_size=600), JSON_VALUE.map(encode), request.map(encode), deep())
+    return st.one_of(st.binary(max_size=600), JSON_VALUE.map(encode), request.map(encode), deep(IN_A_CHAT))
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +123,8 @@ def run_id(http: httpx.Client) -> str:
     return response.json()["id"]
 
 
-def assert_answered_properly(response: httpx.Response) -> None:
+def assert_answered_properly(body: bytes, response: httpx.Response) -> None:
+    note(f"{len(body)} bytes, starting {body[:160]!r}, ending {body[-40:]!r}")
     assert response.status_code < 500, (response.status_code, response.text[:500])
     if response.status_code >= 400:
         error = response.json()["error"]
@@ -133,7 +140,7 @@ def test_tool_calls_never_answer_5xx_to_hostile_bodies(http: httpx.Client, run_i
     @given(body=tool_call_bodies())
     def post(body: bytes) -> None:
         response = http.post(f"/v1/runs/{run_id}/tool-calls", content=body, headers={"Content-Type": "application/json"})
-        assert_answered_properly(response)
+        assert_answered_properly(body, response)
 
     post()
     assert http.get("/healthz").status_code == 200
@@ -145,7 +152,7 @@ def test_chat_completions_never_answer_5xx_to_hostile_bodies(http: httpx.Client)
     @given(body=chat_bodies())
     def post(body: bytes) -> None:
         response = http.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
-        assert_answered_properly(response)
+        assert_answered_properly(body, response)
 
     post()
     assert http.get("/healthz").status_code == 200
