@@ -189,3 +189,31 @@ async def test_answers_that_carry_an_id_link_to_the_operations_that_take_it(docu
     role_links = document["paths"]["/v1/admin/roles"]["post"]["responses"]["201"]["links"]
     assert {link["parameters"]["name"] for link in role_links.values()} == {"$response.body#/name"}
     validate(document)
+
+
+@pytest.mark.postgres
+async def test_every_route_that_documents_413_answers_it_for_an_oversized_body(seeded_pg_url):
+    from litestar.testing import AsyncTestClient
+
+    from gateway.app import create_app
+    from tests.support.app import make_settings
+    from tests.support.tokens import auth_for
+
+    app = create_app(make_settings(seeded_pg_url, max_body_bytes=1024))
+    async with AsyncTestClient(app=app) as small:
+        doc = (await small.get("/schema/openapi.json")).json()
+        checked = 0
+        for path, method, operation in operations(doc):
+            if "requestBody" not in operation:
+                continue
+            assert "413" in operation["responses"], (path, method)
+            url = path.replace("{run_id}", "run_x").replace("{approval_id}", "apr_x")
+            url = url.replace("{name}", "member").replace("{tool}", "add")
+            body = b'{"padding": "' + b"x" * 2048 + b'"}'
+            response = await small.request(
+                method.upper(), url, content=body, headers={**auth_for("carol"), "Content-Type": "application/json"}
+            )
+            assert response.status_code == 413, (path, method, response.status_code, response.text)
+            assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+            checked += 1
+        assert checked >= 9
