@@ -49,6 +49,12 @@ ERROR_DESCRIPTIONS = {
 }
 
 TOOL_CALLS_PATH = "/v1/runs/{run_id}/tool-calls"
+STREAMED = {
+    ("/v1/chat/completions", "post"): "With `stream: true`: server-sent events, one `chat.completion.chunk` per "
+    "`data:` line, ending with `data: [DONE]`.",
+    ("/v1/runs/{run_id}/resume", "post"): "With `stream: true`: server-sent events, as for chat completions.",
+}
+"""Operations that answer ``text/event-stream`` instead of JSON when the body asks for a stream."""
 
 
 def raw_json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]:
@@ -146,6 +152,53 @@ def add_links(paths: dict[str, Any]) -> None:
             links[target["operationId"]] = {"operationId": target["operationId"], "parameters": {parameter: value}}
 
 
+NO_NUL = r"^[^\x00]*$"
+"""No NUL in a string (PostgreSQL's text and jsonb cannot hold it; the server refuses it
+anywhere in a body or a query, ``gateway.text``). Lone surrogates are refused too, but a
+pattern cannot say so portably: JSON Schema patterns match UTF-16 code units in some
+engines, where a surrogate range would also refuse every character outside the BMP."""
+
+STORABLE_JSON = "StorableJson"
+_STORABLE_REF = {"$ref": _COMPONENT_REF.format(name=STORABLE_JSON)}
+STORABLE_JSON_SCHEMA: dict[str, Any] = {
+    "description": "Any JSON value whose strings and keys hold no NUL (PostgreSQL cannot store it).",
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "number"},
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "array", "items": _STORABLE_REF},
+        {"type": "object", "propertyNames": {"pattern": NO_NUL}, "additionalProperties": _STORABLE_REF},
+    ],
+}
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples"})
+
+
+def storable(schema: Any) -> Any:
+    """``schema`` with the server's storable-text rule written in: a pattern on every free
+    string, NUL-free keys on every object, and ``StorableJson`` wherever any value goes."""
+    if isinstance(schema, list):
+        return [storable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        return schema
+    if not (set(schema) - _ANNOTATIONS):  # {} : any JSON value
+        return {**schema, **_STORABLE_REF}
+    out = {key: storable(value) for key, value in schema.items() if key != "properties"}
+    if "properties" in schema:
+        out["properties"] = {name: storable(value) for name, value in schema["properties"].items()}
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "string" in types and not ({"pattern", "enum", "const", "format"} & set(schema)):
+        out["pattern"] = NO_NUL
+    if "object" in types:
+        out.setdefault("propertyNames", {"pattern": NO_NUL})
+        if "additionalProperties" not in schema or schema["additionalProperties"] is True:
+            out["additionalProperties"] = _STORABLE_REF
+    return out
+
+
 def request_structs() -> list[type[msgspec.Struct]]:
     """Every request body type: the subclasses of ``Input`` (each forbids unknown fields)."""
     found: list[type[msgspec.Struct]] = []
@@ -173,7 +226,8 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
     structs = [s for s in request_structs() if s.__name__ in schemas]
     if structs:
         _, components = msgspec.json.schema_components(structs, ref_template=_COMPONENT_REF)
-        schemas.update(components)
+        schemas.update({name: storable(schema) for name, schema in components.items()})
+        schemas[STORABLE_JSON] = STORABLE_JSON_SCHEMA
     envelope = {"$ref": _COMPONENT_REF.format(name="ErrorEnvelope")}
     optional_bodies = {
         (route.path_format, method.lower())
@@ -192,7 +246,21 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
             if body is not None and (path, method) in optional_bodies:
                 body["required"] = False
             if path == TOOL_CALLS_PATH and method == "post" and body is not None:
-                body["content"]["application/json"]["schema"]["properties"]["tool_calls"]["maxItems"] = max_batch_size
+                media = body["content"]["application/json"]
+                media["schema"] = storable(media["schema"])
+                media["schema"]["properties"]["tool_calls"]["maxItems"] = max_batch_size
+            for parameter in operation.get("parameters", []):
+                if "schema" in parameter:
+                    parameter["schema"] = storable(parameter["schema"])
+            if (path, method) in STREAMED:
+                operation["responses"]["200"].setdefault("content", {})["text/event-stream"] = {
+                    "schema": {
+                        "description": STREAMED[(path, method)],
+                        "type": "object",
+                        "required": ["data"],
+                        "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+                    }
+                }
             statuses = _statuses(operation, public=public)
             responses = operation.setdefault("responses", {})
             for status in statuses:

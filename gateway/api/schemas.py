@@ -37,14 +37,14 @@ NOT_BLANK_NOR_NUL = rf"^[^\x00]*[^\x00{WHITE_SPACE}][^\x00]*$"
 """Some character other than white space, and no NUL (PostgreSQL text cannot hold it)."""
 
 
-class FunctionCallContract(msgspec.Struct, kw_only=True):
+class FunctionCallContract(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME_LENGTH, pattern=NOT_BLANK_NOR_NUL)]
     arguments: str | dict[str, Any]
     """The arguments as the model produced them: a JSON text (as OpenAI sends it) or an object."""
 
 
-class ToolCallContract(msgspec.Struct, kw_only=True):
-    """One entry of an assistant message's ``tool_calls``; fields besides these are ignored."""
+class ToolCallContract(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One entry of an assistant message's ``tool_calls``; a field besides these is refused."""
 
     id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_CALL_ID_LENGTH, pattern=NOT_BLANK_NOR_NUL)]
     type: Literal["function"]
