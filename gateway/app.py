@@ -13,6 +13,7 @@ import structlog
 import msgspec
 from litestar import Litestar
 from litestar.middleware.base import DefineMiddleware
+from litestar.routes import HTTPRoute
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
@@ -211,7 +212,21 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         logging_config=None,
         debug=False,
     )
+    answer_options_with_every_method(app)
     # Outside Litestar's exception handling, so every response (404s of unknown routes
     # included) carries the request id and every log line of the request is bound to it.
     app.asgi_handler = RequestContextMiddleware(app.asgi_handler, in_flight)
     return app
+
+
+def answer_options_with_every_method(app: Litestar) -> None:
+    """Litestar's automatic OPTIONS handler answers ``Allow`` from the route it was made for; when
+    the handlers of one path are registered in turns (a controller's GET and POST), the merged
+    route keeps the first route's handler and ``Allow`` leaves methods out. Point each at its route."""
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        for handler in route.route_handlers:
+            closure = getattr(handler.fn, "__closure__", None)
+            if handler.handler_name == "options_handler" and closure and isinstance(closure[0].cell_contents, HTTPRoute):
+                closure[0].cell_contents = route

@@ -217,3 +217,18 @@ async def test_every_route_that_documents_413_answers_it_for_an_oversized_body(s
             assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
             checked += 1
         assert checked >= 9
+
+
+@pytest.mark.postgres
+async def test_options_allows_exactly_the_documented_methods_of_each_path(pg_client):
+    from tests.support.tokens import auth_for
+
+    doc = (await pg_client.get("/schema/openapi.json")).json()
+    for path, item in doc["paths"].items():
+        if path.startswith("/v1/"):
+            url = path.replace("{run_id}", "run_x").replace("{approval_id}", "apr_x")
+            url = url.replace("{name}", "member").replace("{tool}", "add")
+            response = await pg_client.options(url, headers=auth_for("carol"))
+            assert response.status_code == 204, (path, response.status_code, response.text)
+            allowed = {m.strip() for m in response.headers["allow"].split(",")}
+            assert allowed == {m.upper() for m in item if m in METHODS} | {"OPTIONS"}, path
