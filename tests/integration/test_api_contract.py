@@ -21,6 +21,12 @@ pytestmark = pytest.mark.postgres
 
 BY_DESIGN = [
     ByDesign(
+        "positive_data_acceptance",
+        None,
+        "an integer is written without a fraction (`5`, not `5.0`); JSON Schema's `integer` cannot tell them apart",
+        answer_contains="got `float`",
+    ),
+    ByDesign(
         "use_after_free",
         "GET /v1/admin/tools/{tool}",
         "DELETE on a tool's policy puts the default policy back; the tool itself cannot be deleted",
@@ -46,6 +52,12 @@ BY_DESIGN = [
     ByDesign(
         "positive_data_acceptance",
         "POST /v1/chat/completions",
+        "whether a request may bring its own tools is the tenant's setting (the demo tenant refuses them)",
+        answer_contains="CLIENT_TOOLS_NOT_ALLOWED",
+    ),
+    ByDesign(
+        "positive_data_acceptance",
+        "POST /v1/chat/completions",
         "a conversation's order is a rule across messages: a tool message answers a call of the assistant message "
         "before it",
         answer_contains="Invalid conversation",
@@ -66,7 +78,7 @@ def model() -> Iterator[ScriptedModel]:
 def gateway_url(fleet_database: str, model: ScriptedModel) -> Iterator[str]:
     with gateways(
         fleet_database, 1, policy_cache_s=0, llm_base_url=f"{model.url}/v1", llm_model="scripted-model",
-        llm_retries=0,
+        llm_retries=0, rate_limit_tenant_rps=0, rate_limit_user_rps=0,  # every case reaches the route, none is a 429
     ) as started:
         yield started[0].url
 

@@ -38,14 +38,15 @@ class ByDesign:
     """A failure the README names as by design: which check, on which operation, answered how."""
 
     check: str
-    operation: str
+    operation: str | None
+    """None: every operation."""
     why: str
     answer_contains: str = ""
 
     def covers(self, failure: Failure) -> bool:
         return (
             failure.check == self.check
-            and failure.operation == self.operation
+            and self.operation in (None, failure.operation)
             and self.answer_contains in failure.body
         )
 
