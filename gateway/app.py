@@ -13,8 +13,8 @@ import structlog
 import msgspec
 from litestar import Litestar
 from litestar.middleware.base import DefineMiddleware
+from litestar.routes import HTTPRoute
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 
 from gateway.admin.service import TenantAdmin
@@ -26,8 +26,10 @@ from gateway.api.chat import ChatController
 from gateway.api.context import InFlight, RequestContextMiddleware
 from gateway.api.decoding import GatewayRequest, check_request
 from gateway.api.errors import EXCEPTION_HANDLERS
-from gateway.api.health import healthz, readyz
-from gateway.api.metrics import scrape_metrics
+from gateway.api.docs import DocsRenderPlugin
+from gateway.api.health import Readiness, healthz, healthz_head, readyz, readyz_head
+from gateway.api.metrics import DatabaseGauges, scrape_metrics
+from gateway.api.openapi import ContractJsonRenderPlugin, StrictDocument
 from gateway.api.jwks import public_keys
 from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
@@ -84,6 +86,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     tools = registry
     service_jwks = msgspec.convert(signer.jwks() if signer is not None else {"keys": []}, Jwks)
     in_flight = InFlight()
+    strict_document = StrictDocument(max_batch_size=settings.max_batch_size)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -114,6 +117,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         state = app.state
         state.settings = settings
         state.db = db
+        state.readiness = Readiness(db)
+        state.database_gauges = DatabaseGauges(db)
         state.http = http
         state.service_calls = service_calls
         state.service_jwks = service_jwks
@@ -164,7 +169,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     app = Litestar(
         route_handlers=[
             healthz,
+            healthz_head,
             readyz,
+            readyz_head,
             scrape_metrics,
             public_keys,
             RunController,
@@ -194,7 +201,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             version="1",
             description="A guarded, multi-tenant tool gateway for LLM agents.",
             path="/schema",
-            render_plugins=[ScalarRenderPlugin()],
+            render_plugins=[DocsRenderPlugin(strict_document), ContractJsonRenderPlugin(strict_document)],
             components=Components(
                 security_schemes={
                     "bearer": SecurityScheme(type="http", scheme="bearer", bearer_format="JWT"),
@@ -205,7 +212,21 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         logging_config=None,
         debug=False,
     )
+    answer_options_with_every_method(app)
     # Outside Litestar's exception handling, so every response (404s of unknown routes
     # included) carries the request id and every log line of the request is bound to it.
     app.asgi_handler = RequestContextMiddleware(app.asgi_handler, in_flight)
     return app
+
+
+def answer_options_with_every_method(app: Litestar) -> None:
+    """Litestar's automatic OPTIONS handler answers ``Allow`` from the route it was made for; when
+    the handlers of one path are registered in turns (a controller's GET and POST), the merged
+    route keeps the first route's handler and ``Allow`` leaves methods out. Point each at its route."""
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        for handler in route.route_handlers:
+            closure = getattr(handler.fn, "__closure__", None)
+            if handler.handler_name == "options_handler" and closure and isinstance(closure[0].cell_contents, HTTPRoute):
+                closure[0].cell_contents = route

@@ -34,6 +34,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        problem = database_problem(exc)
+        if problem is None:
+            raise
+        print(f"gateway: the database at {database_location()} failed: {problem}", file=sys.stderr)
+        return 1
+
+
+def database_problem(exc: BaseException) -> str | None:
+    """One line for a database that cannot be reached or refuses us (down, wrong host, port,
+    credentials or database name); None for anything else, which keeps its traceback."""
+    import sqlalchemy.exc
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    found: BaseException | None = None
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        module = type(current).__module__
+        if isinstance(current, OSError | TimeoutError | sqlalchemy.exc.DBAPIError | sqlalchemy.exc.TimeoutError) or (
+            module.startswith("asyncpg")
+        ):
+            found = current  # the innermost such error says most
+        current = current.__cause__ or current.__context__
+    if found is None:
+        return None
+    if isinstance(found, sqlalchemy.exc.DBAPIError) and found.orig is not None:
+        found = found.orig
+    lines = str(found).strip().splitlines()
+    return f"{type(found).__name__}: {lines[0]}" if lines else type(found).__name__
+
+
+def database_location() -> str:
+    """The configured database URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    from gateway.settings import DEFAULT_DATABASE_URL
+
+    raw = os.environ.get("GATEWAY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    try:
+        return make_url(raw).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is named by the settings error, not here
+        return "(unparsable GATEWAY_DATABASE_URL)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,7 @@ from gateway.text import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_CEILING
 ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
 JSON_FIELDS = frozenset({"llm_providers"})
-SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key"})
+SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key", "metrics_token"})
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./gateway.db"
 
 
@@ -123,6 +123,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     rate_limit_tenant_burst: int = 1000
     rate_limit_user_rps: float = 50.0
     rate_limit_user_burst: int = 100
+    metrics_token: str | None = None
+    metrics_tenant_labels: bool = True
 
     def __post_init__(self) -> None:
         if not self.database_url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
@@ -172,6 +174,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise SettingsError(
                 "GATEWAY_HTTP_MAX_KEEPALIVE_CONNECTIONS must be at least 0 and GATEWAY_HTTP_CONNECT_TIMEOUT_S positive"
             )
+
+        if self.metrics_token is not None and len(self.metrics_token.encode()) < 16:
+            raise SettingsError("GATEWAY_METRICS_TOKEN must be at least 16 bytes")
 
         self._check_agent_loop()
 
@@ -372,6 +377,10 @@ FIELD_DOCS: dict[str, str] = {
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
     "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit).",
     "rate_limit_user_burst": "Requests a user may make at once above their rate (0: one second's worth).",
+    "metrics_token": "When set, `GET /metrics` answers only a request bearing it (`Authorization: Bearer ...`; "
+    "Prometheus' `authorization` setting); otherwise anyone who reaches the route may scrape.",
+    "metrics_tenant_labels": "`false`: metrics carry no tenant label (`gateway_approvals_pending` is one sum), "
+    "so a scrape does not list the tenants.",
 }
 
 

@@ -96,7 +96,13 @@ class AdminApprovalController(Controller):
         self,
         request: Request,
         service: NamedDependency[ApprovalService],
-        status: Annotated[str | None, QueryParameter(description=f"One of {', '.join(APPROVAL_STATUSES)}")] = None,
+        status: Annotated[
+            str | None,
+            QueryParameter(
+                description=f"One of {', '.join(APPROVAL_STATUSES)}",
+                schema_extra={"enum": [*APPROVAL_STATUSES, None]},
+            ),
+        ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=200)] = 50,
         cursor: FromQuery[str | None] = None,
     ) -> ApprovalPage:

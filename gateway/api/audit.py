@@ -178,7 +178,7 @@ class AuditController(Controller):
         request: Request,
         db: NamedDependency[Database],
         export_slots: NamedDependency[ExportSlots],
-        format: Annotated[str, QueryParameter(description="jsonl or csv")] = "jsonl",
+        format: Annotated[str, QueryParameter(description="jsonl or csv", schema_extra={"enum": list(FORMATS)})] = "jsonl",
         user: Text = None,
         tool: Text = None,
         outcome: Text = None,

@@ -15,8 +15,10 @@ from gateway.api.schemas import Input, PositiveInt
 
 
 class TextPart(msgspec.Struct, kw_only=True):
-    type: str
-    text: str | None = None
+    """Only text parts are supported."""
+
+    type: Literal["text"]
+    text: str
 
 
 class FunctionCallIn(msgspec.Struct, kw_only=True):
@@ -72,9 +74,19 @@ class GatewayOptions(Input):
     max_repeats: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
 
 
+TOOL_MESSAGE_NEEDS_ITS_CALL = {
+    "if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+    "then": {"required": ["tool_call_id"], "properties": {"tool_call_id": {"type": "string", "minLength": 1}}},
+}
+"""A ``role=tool`` message answers one call: it names it."""
+
+
 class ChatCompletionRequest(Input):
     model: str
-    messages: Annotated[list[ChatMessageIn], msgspec.Meta(min_length=1)]
+    messages: Annotated[
+        list[Annotated[ChatMessageIn, msgspec.Meta(extra_json_schema=TOOL_MESSAGE_NEEDS_ITS_CALL)]],
+        msgspec.Meta(min_length=1),
+    ]
     tools: list[ClientToolIn] | None = None
     tool_choice: Literal["auto", "none"] | None = None
     parallel_tool_calls: bool | None = None
@@ -89,7 +101,8 @@ class ChatCompletionRequest(Input):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] | None = None
-    logprobs: bool | None = None
+    logprobs: Annotated[bool, msgspec.Meta(extra_json_schema={"const": False})] | None = None
+    """Not supported: ``true`` is refused."""
     user: str | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None

@@ -1,20 +1,35 @@
-"""``GET /metrics``: Prometheus text exposition (public route; keep it off the internet at the proxy)."""
+"""``GET /metrics``: Prometheus text exposition.
+
+Outside the JWT middleware (a scraper is no tenant's user). With ``GATEWAY_METRICS_TOKEN``
+set, a scrape must send it as a bearer token (Prometheus' ``authorization`` setting does);
+without, keep the route off the internet at the proxy. The gauges read from the database
+are read at most once per second per process for requests without a token, however many
+arrive; with the token set, a request without it reads nothing, and the scraper that shows
+it reads them fresh.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.datastructures import State
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.db.engine import Database
 from gateway.db.models import Approval
+from gateway.errors import ErrorCode, GatewayError
 from gateway.observability import metrics
 
 SCRAPE_DATABASE_TIMEOUT_S = 2.0
+DATABASE_GAUGES_CACHE_S = 1.0
+MEDIA_TYPE = "text/plain; version=0.0.4"
+"""Prometheus' text format 0.0.4; Litestar appends ``; charset=utf-8`` to any ``text/`` type, so
+prometheus-client's ``CONTENT_TYPE_LATEST``, which has it already, would name two charsets."""
 
 
 async def pending_approvals(db: Database) -> dict[str, int]:
@@ -28,13 +43,49 @@ async def pending_approvals(db: Database) -> dict[str, int]:
         return {tenant: int(count) for tenant, count in (await conn.execute(query)).all()}
 
 
+class DatabaseGauges:
+    """The pending approvals by tenant (None: the database did not answer), read at most once per ``ttl_s``."""
+
+    def __init__(
+        self, db: Database, *, ttl_s: float = DATABASE_GAUGES_CACHE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._db = db
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._pending: dict[str, int] | None = None
+        self._read_at: float | None = None
+        self._lock = asyncio.Lock()
+
+    async def pending(self, *, fresh: bool = False) -> dict[str, int] | None:
+        """``fresh``: read now whatever the age of the last answer (an authorised scraper's request)."""
+        async with self._lock:
+            if fresh or self._read_at is None or self._clock() - self._read_at >= self._ttl_s:
+                try:
+                    async with asyncio.timeout(SCRAPE_DATABASE_TIMEOUT_S):
+                        self._pending = await pending_approvals(self._db)
+                except Exception:  # a scrape must answer while the database is down: it reports database_up 0
+                    self._pending = None
+                self._read_at = self._clock()
+            return self._pending
+
+
+def scrape_allowed(request: Request, token: str | None) -> bool:
+    if token is None:
+        return True
+    sent = request.headers.get("authorization", "")
+    scheme, _, credentials = sent.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+
+
 @get("/metrics", include_in_schema=False)
-async def scrape_metrics(state: State) -> Response[bytes]:
+async def scrape_metrics(request: Request, state: State) -> Response[bytes]:
     """Counters and histograms of this process (or of every worker), and gauges read from the database."""
-    try:
-        async with asyncio.timeout(SCRAPE_DATABASE_TIMEOUT_S):
-            pending: dict[str, int] | None = await pending_approvals(state.db)
-    except Exception:  # a scrape must answer while the database is down: it reports database_up 0
-        pending = None
-    body = metrics.render(database_up=pending is not None, pending_approvals=pending)
-    return Response(content=body, media_type=CONTENT_TYPE_LATEST)
+    settings = state.settings
+    if not scrape_allowed(request, settings.metrics_token):
+        raise GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+    # A scraper that showed the token reads the database now; anyone else gets an answer at most a second old.
+    pending = await state.database_gauges.pending(fresh=settings.metrics_token is not None)
+    body = metrics.render(
+        database_up=pending is not None, pending_approvals=pending, tenant_labels=settings.metrics_tenant_labels
+    )
+    return Response(content=body, media_type=MEDIA_TYPE)

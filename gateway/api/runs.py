@@ -21,12 +21,12 @@ from gateway.api.schemas import (
     RunLimitsIn,
     RunUsage,
     RunView,
+    ToolCallBatchContract,
     ToolCallsResponse,
     ToolMessageOut,
 )
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
-from gateway.execution.protocol import ToolCallBatch
 from gateway.execution.runs import RequestedLimits, RunService
 from gateway.observability.timing import timer_of
 
@@ -102,7 +102,7 @@ class RunController(Controller):
         status_code=200,
         summary="Execute a batch of tool calls",
         operation_class=raw_json_body(
-            ToolCallBatch, "The assistant message's `tool_calls`, exactly as the model produced them."
+            ToolCallBatchContract, "The assistant message's `tool_calls`, exactly as the model produced them."
         ),
         responses=error_responses(400, 401, 404, 413, 422, 503),
     )

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gateway.execution.protocol import MAX_TOOL_CALL_ID_LENGTH, MAX_TOOL_NAME_LENGTH
+
 PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+DateTime = Annotated[datetime, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+"""An RFC 3339 date-time (msgspec decodes it so but does not say so in its schema)."""
 
 
 class Input(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -17,13 +21,42 @@ class Input(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class RunLimitsIn(Input):
     max_tool_calls: PositiveInt | None = None
     max_repeats: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
-    expires_at: datetime | None = None
+    expires_at: DateTime | None = None
 
 
 class RunCreate(RunLimitsIn):
     """The limits may be given at the top level or under ``limits``, not both."""
 
     limits: RunLimitsIn | None = None
+
+
+WHITE_SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+"""What Python's ``str.strip()`` removes, spelled out: ``\\s`` means less than that in JSON Schema
+(ECMA-262) regular expressions, so a pattern with ``\\s`` would say less than the server checks."""
+NOT_BLANK_NOR_NUL = rf"^[^\x00]*[^\x00{WHITE_SPACE}][^\x00]*$"
+"""Some character other than white space, and no NUL (PostgreSQL text cannot hold it)."""
+
+
+class FunctionCallContract(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME_LENGTH, pattern=NOT_BLANK_NOR_NUL)]
+    arguments: str | dict[str, Any]
+    """The arguments as the model produced them: a JSON text (as OpenAI sends it) or an object."""
+
+
+class ToolCallContract(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One entry of an assistant message's ``tool_calls``; a field besides these is refused."""
+
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_CALL_ID_LENGTH, pattern=NOT_BLANK_NOR_NUL)]
+    type: Literal["function"]
+    function: FunctionCallContract
+
+
+class ToolCallBatchContract(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What ``POST /v1/runs/{run_id}/tool-calls`` accepts. The route decodes leniently
+    (``gateway.execution.protocol``) so that it can answer a batch that breaks this contract
+    with ``422 INVALID_TOOL_CALL``; this Struct only documents the contract."""
+
+    tool_calls: Annotated[list[ToolCallContract], msgspec.Meta(min_length=1)]
 
 
 class RunLimits(msgspec.Struct):

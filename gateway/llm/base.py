@@ -7,6 +7,7 @@ format, so the loop never learns which provider answers it.
 
 from __future__ import annotations
 
+import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import msgspec
 import structlog
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.observability import metrics
 
 if TYPE_CHECKING:
     from gateway.llm.transport import UpstreamTransport
@@ -116,6 +118,15 @@ class UpstreamError(GatewayError):
         super().__init__(code, message)
 
 
+METRIC_OUTCOMES = {
+    ErrorCode.UPSTREAM_TIMEOUT: "timeout",
+    ErrorCode.UPSTREAM_UNAVAILABLE: "unavailable",
+    ErrorCode.UPSTREAM_REJECTED: "rejected",
+    ErrorCode.UPSTREAM_BAD_RESPONSE: "bad_response",
+}
+"""The ``outcome`` label of ``gateway_model_request_duration_seconds`` for each way a round trip fails."""
+
+
 def new_tool_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
@@ -145,15 +156,37 @@ class HttpChatModel(ABC):
         options: SamplingOptions,
         deadline: float | None = None,
     ) -> ChatResult:
-        body = await self._transport.post_json(
-            self._url,
-            self.payload(messages, tools, options),
-            provider=self.name,
-            api_key=self._provider.api_key,
-            timeout_s=self._provider.timeout_s,
-            deadline=deadline,
-        )
-        return self.parse(body)
+        """One round trip, its retries included; its latency and tokens go to the model metrics."""
+        started = time.perf_counter()
+        outcome = "cancelled"  # what is left when neither an answer nor an error came back (the run's deadline)
+        try:
+            body = await self._transport.post_json(
+                self._url,
+                self.payload(messages, tools, options),
+                provider=self.name,
+                api_key=self._provider.api_key,
+                timeout_s=self._provider.timeout_s,
+                deadline=deadline,
+            )
+            result = self.parse(body)
+        except UpstreamError as exc:
+            outcome = METRIC_OUTCOMES.get(exc.code, "error")
+            raise
+        except Exception:
+            outcome = "error"
+            raise
+        else:
+            outcome = "ok"
+            return result
+        finally:
+            usage = result.usage if outcome == "ok" else None
+            metrics.model_call(
+                model=self.model,
+                duration_s=time.perf_counter() - started,
+                prompt_tokens=usage.prompt_tokens if usage else None,
+                completion_tokens=usage.completion_tokens if usage else None,
+                outcome=outcome,
+            )
 
     @abstractmethod
     def payload(

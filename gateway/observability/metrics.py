@@ -219,33 +219,43 @@ def model_call(
 class _StateCollector:
     """Gauges read from the database at scrape time (identical in every process)."""
 
-    def __init__(self, *, database_up: bool, pending: Mapping[str, int] | None) -> None:
+    def __init__(self, *, database_up: bool, pending: Mapping[str, int] | None, tenant_labels: bool) -> None:
         self._database_up = database_up
         self._pending = pending
+        self._tenant_labels = tenant_labels
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("gateway_database_up", "1 when the database answered this scrape.")
         up.add_metric([], 1.0 if self._database_up else 0.0)
         yield up
-        if self._pending is not None:
-            pending = GaugeMetricFamily(
-                "gateway_approvals_pending", "Approvals waiting for a decision, by tenant.", labels=["tenant"]
-            )
-            for tenant, count in sorted(self._pending.items()):
-                pending.add_metric([tenant], float(count))
-            yield pending
+        if self._pending is None:
+            return
+        if not self._tenant_labels:
+            total = GaugeMetricFamily("gateway_approvals_pending", "Approvals waiting for a decision.")
+            total.add_metric([], float(sum(self._pending.values())))
+            yield total
+            return
+        pending = GaugeMetricFamily(
+            "gateway_approvals_pending", "Approvals waiting for a decision, by tenant.", labels=["tenant"]
+        )
+        for tenant, count in sorted(self._pending.items()):
+            pending.add_metric([tenant], float(count))
+        yield pending
 
 
-def render(*, database_up: bool, pending_approvals: Mapping[str, int] | None) -> bytes:
+def render(*, database_up: bool, pending_approvals: Mapping[str, int] | None, tenant_labels: bool = True) -> bytes:
     """The text exposition of every metric: this process's, or all workers' in multiprocess mode
-    (where each worker's last few stage timings may still be waiting for their flush)."""
+    (where each worker's last few stage timings may still be waiting for their flush).
+    ``tenant_labels=False`` sums the per-tenant gauges into one series."""
     flush_stages()
     registry = CollectorRegistry(auto_describe=False)
     if MULTIPROCESS:
         MultiProcessCollector(registry)
     else:
         registry.register(_Forward(REGISTRY))
-    registry.register(_StateCollector(database_up=database_up, pending=pending_approvals))
+    registry.register(
+        _StateCollector(database_up=database_up, pending=pending_approvals, tenant_labels=tenant_labels)
+    )
     return generate_latest(registry)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.observability import metrics
@@ -24,8 +26,17 @@ def server_timing(header: str) -> dict[str, float]:
     return entries
 
 
+METRICS_TOKEN = "scrape-token-0123456789abcdef"
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return {"metrics_token": METRICS_TOKEN}
+
+
 async def scrape(client: AsyncTestClient) -> dict:
-    response = await client.get("/metrics")
+    """A scrape by the monitoring system: with the token, so its gauges are read now."""
+    response = await client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     return samples(response.text)
