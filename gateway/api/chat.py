@@ -49,7 +49,6 @@ from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ErrorBody
-from gateway.text import holds_unstorable
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.llm.base import Message, SamplingOptions
 
@@ -136,10 +135,6 @@ def chat_request(data: ChatCompletionRequest) -> ChatRequest:
     messages = [_message(m, index) for index, m in enumerate(data.messages)]
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     client_tools = [msgspec.to_builtins(tool) for tool in data.tools or ()]
-    for index, message in enumerate(messages):
-        _refuse_unstorable(message, f"messages[{index}]")
-    _refuse_unstorable(client_tools, "tools")
-    _refuse_unstorable(stop, "stop")
     options = SamplingOptions(
         temperature=data.temperature,
         top_p=data.top_p,
@@ -162,13 +157,6 @@ def chat_request(data: ChatCompletionRequest) -> ChatRequest:
         max_tool_calls=extra.max_tool_calls if extra else None,
         max_repeats=extra.max_repeats if extra else None,
     )
-
-
-def _refuse_unstorable(value: Any, where: str) -> None:
-    """A run stores what the client sent: text PostgreSQL cannot hold is refused here, not at the write."""
-    if holds_unstorable(value):
-        raise GatewayError(ErrorCode.INVALID_REQUEST,
-                           f"{where} holds a character that cannot be stored (NUL or a lone surrogate).")
 
 
 def _message(message: ChatMessageIn, index: int) -> Message:
