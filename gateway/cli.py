@@ -9,6 +9,7 @@ import math
 import os
 import secrets
 import shlex
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,6 +22,15 @@ from gateway.settings import Settings, SettingsError
 DEMO_SECRET_FILE = ".gateway-demo-secret"
 DEMO_SIGNING_KEY_FILE = ".gateway-demo-signing-key.pem"
 DEMO_TOKEN_TTL_S = 12 * 3600
+
+
+class Terminated(BaseException):
+    """SIGTERM reached ``serve`` (uvicorn raises it again once it has drained): unwind, so
+    that what ``serve`` started (the embedded PostgreSQL) stops, then end as SIGTERM says."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        return 128 + signal.SIGTERM
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -337,6 +351,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Before any worker imports prometheus-client: several workers share one metrics directory.
     metrics_dir = prepare_metrics_dir(workers)
     database = contextlib.ExitStack()
+    signal.signal(signal.SIGTERM, _raise_terminated)  # the default action would skip the finally below
     try:
         from gateway.app import create_app
 
