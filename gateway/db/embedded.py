@@ -131,13 +131,13 @@ class EmbeddedPostgres:
         self._run("pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "-t", str(_TIMEOUT_S), "stop")
 
     def ensure_running(self) -> None:
-        self._check_reachable()
+        self.check_reachable()
         if not self.is_initialised():
             self.init()
         elif not self.is_running():
             self.start()
 
-    def _check_reachable(self) -> None:
+    def check_reachable(self) -> None:
         """As root: the server's user must be able to enter every folder above the data."""
         if self._user is None:
             return
@@ -213,10 +213,17 @@ def embedded_postgres(data_dir: Path | str) -> Iterator[EmbeddedPostgres]:
     """The server on ``data_dir``, started if it is not running; stopped on the way out by
     the last process using it."""
     server = EmbeddedPostgres(data_dir)
-    server.data_dir.parent.mkdir(parents=True, exist_ok=True)
     name = server.data_dir.name
-    with open(server.data_dir.with_name(f"{name}.lock"), "a+b") as turn, \
-            open(server.data_dir.with_name(f"{name}.users.lock"), "a+b") as users:
+    server.check_reachable()  # before creating folders it could not use
+    with contextlib.ExitStack() as files:
+        try:
+            server.data_dir.parent.mkdir(parents=True, exist_ok=True)
+            turn = files.enter_context(open(server.data_dir.with_name(f"{name}.lock"), "a+b"))
+            users = files.enter_context(open(server.data_dir.with_name(f"{name}.users.lock"), "a+b"))
+        except OSError as exc:
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL cannot use {server.data_dir.parent}: {exc.strerror or exc}"
+            ) from None
         with _held(turn):
             server.ensure_running()
             fcntl.flock(users, fcntl.LOCK_SH)

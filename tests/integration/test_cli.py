@@ -184,3 +184,17 @@ def test_operator_commands_run_on_the_embedded_default_and_leave_no_server_behin
         assert done.returncode == 0, (command, done.stderr)
         assert expected in done.stdout, (command, done.stdout)
         assert not EmbeddedPostgres(data).is_running(), command
+
+
+def test_a_data_folder_the_embedded_server_cannot_use_is_one_line_naming_it(reachable_tmp: Path):
+    locked = reachable_tmp / "locked"
+    locked.mkdir(mode=0o000)  # as root: its server user cannot enter; otherwise: we cannot write
+    try:
+        done = gateway("tenants", "list", cwd=reachable_tmp, GATEWAY_EMBEDDED_DATA_DIR=str(locked / "pg" / "data"))
+    finally:
+        locked.chmod(0o700)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("gateway: ") and str(locked) in line and "Traceback" not in done.stderr
+    assert "GATEWAY_EMBEDDED_DATA_DIR" in line or "Permission denied" in line
+    assert not list(locked.iterdir())  # nothing made in a folder the server could not use
