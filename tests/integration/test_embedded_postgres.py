@@ -62,3 +62,14 @@ def test_a_second_user_of_the_folder_reuses_the_server_and_the_last_one_stops_it
         assert first.is_running()  # the second user let go; the first still uses it
         assert asyncio.run(fetch(first.dsn(), "SELECT 1")) == 1
     assert not EmbeddedPostgres(data).is_running()
+
+
+def test_a_server_left_running_by_a_killed_gateway_is_reused_then_stopped(reachable_tmp: Path) -> None:
+    data = reachable_tmp / "pg"
+    left = EmbeddedPostgres(data)
+    left.ensure_running()  # as a gateway would have, had it been killed before letting go
+    pid = data.joinpath("postmaster.pid").read_text().split()[0]
+    with embedded_postgres(data) as server:
+        assert data.joinpath("postmaster.pid").read_text().split()[0] == pid
+        assert asyncio.run(fetch(server.dsn(), "SELECT 1")) == 1
+    assert not EmbeddedPostgres(data).is_running()
