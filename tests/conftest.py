@@ -140,9 +140,10 @@ def reachable_tmp() -> Iterator[Path]:
     try:
         yield folder
     finally:
-        data = folder / ".gateway" / "postgres"
-        if EmbeddedPostgres(data).is_running():
-            EmbeddedPostgres(data).stop("immediate")
+        for pid_file in folder.rglob("postmaster.pid"):  # whatever a failed test left running
+            server = EmbeddedPostgres(pid_file.parent)
+            if server.is_running():
+                server.stop("immediate")
         shutil.rmtree(folder, ignore_errors=True)
 
 
