@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import os
 import pwd
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -109,12 +110,19 @@ class EmbeddedPostgres:
         self._run("initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                   "--no-locale", "--no-instructions")
         self.start()
-        self._run("createdb", "-h", str(self.socket_dir), "-p", str(SOCKET_PORT), "-U", SUPERUSER, DATABASE)
+        try:
+            self._run("createdb", "-h", str(self.socket_dir), "-p", str(SOCKET_PORT), "-U", SUPERUSER, DATABASE)
+        except EmbeddedPostgresError:
+            # A cluster without the gateway's database would never get one: start afresh next time.
+            self.stop("immediate")
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            raise
 
     def start(self) -> None:
         socket_dir = self.socket_dir
         if socket_dir != self.data_dir:
             socket_dir.mkdir(mode=0o700, exist_ok=True)
+            self._check_private(socket_dir)
             self._hand_over(socket_dir)
         settings = {
             "listen_addresses": "", "port": str(SOCKET_PORT), "unix_socket_directories": str(socket_dir),
@@ -158,6 +166,17 @@ class EmbeddedPostgres:
                     f"who cannot enter {folder}: set GATEWAY_EMBEDDED_DATA_DIR to a folder it can reach, "
                     "or GATEWAY_DATABASE_URL"
                 )
+
+    def _check_private(self, folder: Path) -> None:
+        """A socket folder in the shared temporary folder, which another user could have made
+        first (the name is predictable), must be ours alone: trust auth believes the socket."""
+        info = folder.lstat()
+        owners = {os.geteuid()} | ({self._user.pw_uid} if self._user is not None else set())
+        if stat.S_ISLNK(info.st_mode) or info.st_uid not in owners or info.st_mode & 0o077:
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL's socket folder {folder} belongs to someone else or is open to others; "
+                "remove it, or choose a shorter GATEWAY_EMBEDDED_DATA_DIR"
+            )
 
     def _hand_over(self, path: Path) -> None:
         if self._user is not None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import stat
 from pathlib import Path
 
 import asyncpg
+import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.db.embedded import EmbeddedPostgres, embedded_postgres
+from gateway.db.embedded import EmbeddedPostgres, EmbeddedPostgresError, embedded_postgres
 from gateway.db.migrate import upgrade_to_head
 from tests.support.app import make_settings, seeded
 from tests.support.tokens import auth_for
@@ -73,3 +76,22 @@ def test_a_server_left_running_by_a_killed_gateway_is_reused_then_stopped(reacha
         assert data.joinpath("postmaster.pid").read_text().split()[0] == pid
         assert asyncio.run(fetch(server.dsn(), "SELECT 1")) == 1
     assert not EmbeddedPostgres(data).is_running()
+
+
+def test_a_data_folder_too_deep_for_a_socket_path_gets_a_private_socket_folder_and_refuses_an_open_one(
+    reachable_tmp: Path,
+) -> None:
+    data = reachable_tmp / ("x" * 60) / ("y" * 40) / "pg"
+    socket_dir = EmbeddedPostgres(data).socket_dir
+    assert socket_dir != data
+    try:
+        with embedded_postgres(data) as server:
+            assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
+            assert asyncio.run(fetch(server.dsn(), "SELECT 1")) == 1
+        socket_dir.chmod(0o777)  # as if another user had made it first
+        with pytest.raises(EmbeddedPostgresError, match="socket folder"):
+            with embedded_postgres(data):
+                pass
+        assert not EmbeddedPostgres(data).is_running()
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
