@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import secrets
 import shlex
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from gateway.db.embedded import EmbeddedPostgresError, embedded_postgres
 from gateway.settings import Settings, SettingsError
 
 if TYPE_CHECKING:  # imported where used: commands start fast
@@ -24,6 +29,15 @@ DEMO_SIGNING_KEY_FILE = ".gateway-demo-signing-key.pem"
 DEMO_TOKEN_TTL_S = 12 * 3600
 
 
+class Terminated(BaseException):
+    """SIGTERM reached ``serve`` (uvicorn raises it again once it has drained): unwind, so
+    that what ``serve`` started (the embedded PostgreSQL) stops, then end as SIGTERM says."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -32,8 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
+    except EmbeddedPostgresError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        return 128 + signal.SIGTERM
     except Exception as exc:
         problem = database_problem(exc)
         if problem is None:
@@ -70,9 +91,9 @@ def database_location() -> str:
     """The configured database URL without its password."""
     from sqlalchemy.engine import make_url
 
-    from gateway.settings import DEFAULT_DATABASE_URL
-
-    raw = os.environ.get("GATEWAY_DATABASE_URL") or DEFAULT_DATABASE_URL
+    raw = os.environ.get("GATEWAY_DATABASE_URL")
+    if not raw:
+        return "the embedded PostgreSQL"
     try:
         return make_url(raw).render_as_string(hide_password=True)
     except Exception:  # an unparsable URL is named by the settings error, not here
@@ -179,6 +200,22 @@ def load_settings(*, demo: bool = False) -> Settings:
     return settings
 
 
+@contextlib.contextmanager
+def with_database(settings: Settings, *, migrate: bool = True) -> Iterator[Settings]:
+    """The settings with a database URL: ``GATEWAY_DATABASE_URL``, else the embedded
+    PostgreSQL's, started for the command (or reused while another command runs it) and,
+    being the gateway's own, migrated unless the command does that itself."""
+    if settings.database_url is not None:
+        yield settings
+        return
+    with embedded_postgres(settings.embedded_data_dir) as server:
+        if migrate:
+            from gateway.db.migrate import upgrade_to_head
+
+            upgrade_to_head(server.url())
+        yield msgspec.structs.replace(settings, database_url=server.url())
+
+
 def demo_secret(path: Path) -> str:
     """A random secret kept beside the demo database, so tokens survive a restart."""
     if path.exists():
@@ -206,14 +243,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
-    upgrade_to_head(settings.database_url)
+    with with_database(settings, migrate=False) as settings:
+        upgrade_to_head(str(settings.database_url))
     print("gateway: database is at the latest migration", file=sys.stderr)
     return 0
 
 
 def cmd_seed_demo(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
-    _seed(settings)
+    with with_database(Settings.from_env()) as settings:
+        _seed(settings)
     print("gateway: demo tenants acme and globex are ready", file=sys.stderr)
     return 0
 
@@ -250,7 +288,7 @@ def _directory_roles(settings: Settings, tenant_id: str, user_id: str) -> list[s
     from gateway.db.engine import Database
     from gateway.db.tenants import user_roles
 
-    async def run() -> list[str] | None:
+    async def run(settings: Settings) -> list[str] | None:
         db = Database.from_settings(settings)
         try:
             async with db.connect() as conn:
@@ -258,7 +296,8 @@ def _directory_roles(settings: Settings, tenant_id: str, user_id: str) -> list[s
         finally:
             await db.dispose()
 
-    roles = asyncio.run(run())
+    with with_database(settings) as settings:
+        roles = asyncio.run(run(settings))
     if roles is None:
         raise SettingsError(f"no user {user_id!r} in tenant {tenant_id!r}; name the roles with --role")
     return roles
@@ -268,14 +307,15 @@ def _operate(settings: Settings, action):  # type: ignore[no-untyped-def]
     """Run one operator action against the database, then close it."""
     from gateway.db.engine import Database
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run(settings: Settings):  # type: ignore[no-untyped-def]
         db = Database.from_settings(settings)
         try:
             return await action(db)
         finally:
             await db.dispose()
 
-    return asyncio.run(run())
+    with with_database(settings) as settings:
+        return asyncio.run(run(settings))
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
@@ -446,12 +486,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     # Before any worker imports prometheus-client: several workers share one metrics directory.
     metrics_dir = prepare_metrics_dir(workers)
+    database = contextlib.ExitStack()
+    signal.signal(signal.SIGTERM, _raise_terminated)  # the default action would skip the finally below
     try:
         from gateway.app import create_app
 
         create_app(settings)  # checks the tools file and the signing key before the database is touched
+        settings = database.enter_context(with_database(settings, migrate=False))
+        # The workers build their apps from the environment (gateway.asgi): the one embedded
+        # server this process started serves them all, and stops after them.
+        os.environ["GATEWAY_DATABASE_URL"] = str(settings.database_url)
         if not args.no_migrate:
-            upgrade_to_head(settings.database_url)
+            upgrade_to_head(str(settings.database_url))
         if settings.demo:
             _seed(settings)
             print_demo_banner(settings, args.host, args.port)
@@ -473,6 +519,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_timeout_s)),
         )
     finally:
+        database.close()
         remove_metrics_dir(metrics_dir)
     return 0
 

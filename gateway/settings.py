@@ -18,7 +18,7 @@ ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
 JSON_FIELDS = frozenset({"llm_providers"})
 SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key", "metrics_token"})
-DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./gateway.db"
+DEFAULT_EMBEDDED_DATA_DIR = ".gateway/postgres"
 
 
 class SettingsError(Exception):
@@ -51,7 +51,8 @@ class LlmProvider(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    database_url: str = DEFAULT_DATABASE_URL
+    database_url: str | None = None
+    embedded_data_dir: str = DEFAULT_EMBEDDED_DATA_DIR
     database_pool_size: int = 10
     database_pool_timeout_s: float = 5.0
     database_statement_timeout_s: float = 10.0
@@ -127,9 +128,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     metrics_tenant_labels: bool = True
 
     def __post_init__(self) -> None:
-        if not self.database_url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        if self.database_url is not None and not self.database_url.startswith("postgresql+asyncpg://"):
             raise SettingsError(
-                "GATEWAY_DATABASE_URL must start with postgresql+asyncpg:// or sqlite+aiosqlite://"
+                "GATEWAY_DATABASE_URL must start with postgresql+asyncpg://: the gateway needs PostgreSQL "
+                "(unset GATEWAY_DATABASE_URL to use the embedded one, started from ./.gateway/postgres)"
             )
         allowed = {"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "PS256"}
         unknown = set(self.jwt_algorithms) - allowed
@@ -241,10 +243,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             shown.append(f"{name}={'[REDACTED]' if name in SECRET_FIELDS and value is not None else repr(value)}")
         return f"Settings({', '.join(shown)})"
 
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
     def require_signing_setup(self) -> None:
         """Stop start-up when no key would verify a token (outside demo mode)."""
         if self.jwt_secret is None and self.jwks_url is None:
@@ -303,10 +301,12 @@ def _parse_env_value(cls: type[Settings], name: str, value: str) -> Any:
 
 
 FIELD_DOCS: dict[str, str] = {
-    "database_url": "SQLAlchemy URL: `postgresql+asyncpg://user@host/db` or `sqlite+aiosqlite:///path.db`.",
+    "database_url": "PostgreSQL server: `postgresql+asyncpg://user@host/db`. Unset: the embedded PostgreSQL.",
+    "embedded_data_dir": "Without `GATEWAY_DATABASE_URL`: the data folder of the embedded PostgreSQL, which "
+                         "`gateway` commands start (Unix socket only) and stop.",
     "database_pool_size": "Connections per process in the database pool.",
     "database_pool_timeout_s": "Seconds to wait for a pooled connection before answering 503.",
-    "database_statement_timeout_s": "Seconds a single database statement may run (PostgreSQL).",
+    "database_statement_timeout_s": "Seconds a single database statement may run.",
     "database_idle_in_transaction_timeout_s": "Seconds a gateway session may sit idle inside a transaction before "
     "PostgreSQL ends it (`idle_in_transaction_session_timeout`), so no stalled caller holds a connection and its locks.",
     "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",

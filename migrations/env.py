@@ -21,12 +21,14 @@ target_metadata = Base.metadata
 
 
 def database_url() -> str:
-    return config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url
+    url = config.get_main_option("sqlalchemy.url") or Settings.from_env().database_url
+    if url is None:
+        raise SystemExit("GATEWAY_DATABASE_URL is not set; `gateway migrate` migrates the embedded PostgreSQL")
+    return url
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=database_url(), target_metadata=target_metadata, literal_binds=True,
-                      render_as_batch=True)
+    context.configure(url=database_url(), target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 
@@ -35,7 +37,6 @@ def do_run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         transaction_per_migration=True,
     )

@@ -1,11 +1,12 @@
-"""Shared fixtures: a real PostgreSQL (found or started, never skipped), migrated databases
-for PostgreSQL and SQLite, and the app behind Litestar's test client."""
+"""Shared fixtures: a real PostgreSQL (found or started, never skipped), migrated databases,
+and the app behind Litestar's test client."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ import structlog
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.db.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from gateway.db.migrate import upgrade_to_head
 from gateway.db.models import Base
 from gateway.tools.registry import ToolRegistry
@@ -25,7 +27,7 @@ from tests.support.app import make_settings, seeded
 from tests.support.keys import ec_key, public_jwk, rsa_key
 from tests.support.logs import CapturedLogs
 from tests.support.loopback import JwksServer
-from tests.support.postgres import PostgresServer, PostgresUnavailable, find_or_start_postgres
+from tests.support.postgres import PostgresServer, find_or_start_postgres
 from tests.support.tools import Probe, registry_with_probe
 
 
@@ -45,7 +47,7 @@ def _admin(server: PostgresServer, *statements: str) -> None:
 def postgres() -> Iterator[PostgresServer]:
     try:
         server = find_or_start_postgres()
-    except PostgresUnavailable as exc:
+    except EmbeddedPostgresError as exc:
         pytest.exit(str(exc), returncode=3)
     try:
         yield server
@@ -68,6 +70,15 @@ def _pg_copy(server: PostgresServer, template: str) -> Iterator[str]:
     _admin(server, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     yield server.sqlalchemy_url(name)
     _admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_pg_url(postgres: PostgresServer) -> Iterator[str]:
+    """A new database with nothing in it, not even migrations."""
+    name = f"gw_e_{uuid.uuid4().hex[:12]}"
+    _admin(postgres, f'CREATE DATABASE "{name}"')
+    yield postgres.sqlalchemy_url(name)
+    _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -114,42 +125,26 @@ def seeded_pg_url(postgres: PostgresServer, pg_seeded_database: str) -> str:
     return url
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
-    upgrade_to_head(f"sqlite+aiosqlite:///{path}")
-    return path
-
-
-@pytest.fixture(scope="session")
-def sqlite_seeded_template(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sqlite-seeded-template") / "template.db"
-    shutil.copyfile(sqlite_template, path)
-    asyncio.run(seeded(f"sqlite+aiosqlite:///{path}"))
-    return path
+@pytest.fixture
+def database_url(seeded_pg_url: str) -> str:
+    """A fresh migrated database with the demo tenants."""
+    return seeded_pg_url
 
 
 @pytest.fixture
-def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
-    """A fresh migrated SQLite database."""
-    path = tmp_path / "gateway.db"
-    shutil.copyfile(sqlite_template, path)
-    return f"sqlite+aiosqlite:///{path}"
-
-
-@pytest.fixture
-def seeded_sqlite_url(sqlite_seeded_template: Path, tmp_path: Path) -> str:
-    """A fresh migrated SQLite database with the demo tenants."""
-    path = tmp_path / "gateway-seeded.db"
-    shutil.copyfile(sqlite_seeded_template, path)
-    return f"sqlite+aiosqlite:///{path}"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest) -> str:
-    """Backend-independent behaviour runs on both: a fresh migrated database with the demo tenants."""
-    fixture = "seeded_sqlite_url" if request.param == "sqlite" else "seeded_pg_url"
-    return request.getfixturevalue(fixture)
+def reachable_tmp() -> Iterator[Path]:
+    """A temporary folder for an embedded PostgreSQL: as root, the server runs as another user,
+    who must be able to enter it (pytest's own temporary folders are root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="gateway-test-"))
+    folder.chmod(0o711)
+    try:
+        yield folder
+    finally:
+        for pid_file in folder.rglob("postmaster.pid"):  # whatever a failed test left running
+            server = EmbeddedPostgres(pid_file.parent)
+            if server.is_running():
+                server.stop("immediate")
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -186,7 +181,7 @@ async def _test_client(
 async def client(
     database_url: str, settings_overrides: dict[str, Any], tool_registry: ToolRegistry | None
 ) -> AsyncIterator[AsyncTestClient]:
-    """The app on either database, behind Litestar's test client."""
+    """The app behind Litestar's test client."""
     async with _test_client(database_url, settings_overrides, tool_registry) as test_client:
         yield test_client
 

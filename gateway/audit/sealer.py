@@ -1,7 +1,7 @@
 """The sealer: links unsealed audit rows into their tenant's hash chain, off the request path.
 
 The hot path only inserts audit rows. A sealer runs in every gateway process (and as
-``gateway audit seal``); on PostgreSQL the processes take turns through a transaction-level
+``gateway audit seal``); the processes take turns through a transaction-level
 advisory lock (``pg_try_advisory_xact_lock``): whoever holds it seals one batch — the
 oldest unsealed rows in id order — and releases it at commit; the others skip that round.
 Per tenant, each row gets the next ``chain_seq``, its content hash, the previous row's chain
@@ -12,9 +12,6 @@ while ``chain_seq IS NULL``, a head only moves from the value it was read at, an
 
 A row that commits after higher ids were sealed (its transaction was slower) is simply
 sealed in a later batch: the chain's order is the order of sealing, id order within a batch.
-
-On SQLite (one process) the loop is the same without the lock: ``BEGIN IMMEDIATE``
-already makes writers take turns.
 """
 
 from __future__ import annotations
@@ -56,9 +53,7 @@ class ChainState:
 
 
 async def take_turn(conn: AsyncConnection, *, wait: bool = False) -> bool:
-    """On PostgreSQL, the sealers' advisory lock for this transaction; elsewhere always granted."""
-    if conn.dialect.name != "postgresql":
-        return True
+    """The sealers' advisory lock for this transaction."""
     if wait:
         await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SEALER_LOCK_KEY})
         return True
@@ -120,30 +115,16 @@ _LINK_ROWS = sa.text(
 
 
 async def _write_links(conn: AsyncConnection, updates: list[dict[str, Any]]) -> int:
-    """One set-based statement on PostgreSQL (a statement per row costs the server several
-    times more); a prepared statement per row on SQLite."""
-    if conn.dialect.name == "postgresql":
-        result = await conn.execute(
-            _LINK_ROWS,
-            {
-                "ids": [u["row_id"] for u in updates],
-                "seqs": [u["seq"] for u in updates],
-                "contents": [u["content"] for u in updates],
-                "prevs": [u["prev"] for u in updates],
-                "links": [u["link"] for u in updates],
-            },
-        )
-        return int(result.rowcount)
+    """One set-based statement (a statement per row costs the server several times more)."""
     result = await conn.execute(
-        sa.update(audit_events)
-        .where(audit_events.c.id == sa.bindparam("row_id"), audit_events.c.chain_seq.is_(None))
-        .values(
-            chain_seq=sa.bindparam("seq"),
-            content_hash=sa.bindparam("content"),
-            prev_hash=sa.bindparam("prev"),
-            chain_hash=sa.bindparam("link"),
-        ),
-        updates,
+        _LINK_ROWS,
+        {
+            "ids": [u["row_id"] for u in updates],
+            "seqs": [u["seq"] for u in updates],
+            "contents": [u["content"] for u in updates],
+            "prevs": [u["prev"] for u in updates],
+            "links": [u["link"] for u in updates],
+        },
     )
     return int(result.rowcount)
 
@@ -194,7 +175,7 @@ class AuditSealer:
             return 0
 
     async def _has_unsealed(self) -> bool:
-        """A cheap read first, so an idle round takes no write lock (SQLite) and no turn (PostgreSQL)."""
+        """A cheap read first, so an idle round takes no turn."""
         async with self._db.connect() as conn:
             found = await conn.scalar(
                 sa.select(audit_events.c.id).where(audit_events.c.chain_seq.is_(None)).limit(1)

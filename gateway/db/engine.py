@@ -4,8 +4,7 @@ PostgreSQL goes through asyncpg. The hot path (the ledger's one statement per ba
 step) uses asyncpg's own pool from the same URL (``Database.driver``): a checkout through
 SQLAlchemy's async pool costs a greenlet hop and pool events per statement, which on this
 path was a larger share of the CPU than the statement itself. Everything else uses the
-SQLAlchemy engine. SQLite goes through aiosqlite with ``BEGIN IMMEDIATE`` transactions, so
-that two writers queue instead of failing.
+SQLAlchemy engine.
 """
 
 from __future__ import annotations
@@ -13,14 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 
 
 def session_settings(settings: Settings) -> dict[str, str]:
@@ -44,8 +42,6 @@ class Database:
         server_settings: dict[str, str] | None = None,
     ) -> None:
         self.engine = engine
-        self.dialect = engine.dialect.name
-        self.is_postgres = self.dialect == "postgresql"
         self._driver_pool: asyncpg.Pool | None = None
         self._driver_pool_lock = asyncio.Lock()
         self._driver_pool_size = driver_pool_size
@@ -75,7 +71,7 @@ class Database:
 
     @asynccontextmanager
     async def driver(self) -> AsyncIterator[asyncpg.Connection]:
-        """An asyncpg connection in autocommit (PostgreSQL only), for the hot path."""
+        """An asyncpg connection in autocommit, for the hot path."""
         pool = await self.driver_pool()
         async with pool.acquire() as conn:
             yield conn
@@ -115,8 +111,11 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
-    if settings.is_sqlite:
-        return _create_sqlite_engine(settings)
+    if settings.database_url is None:
+        raise SettingsError(
+            "GATEWAY_DATABASE_URL is not set: `gateway` commands start the embedded PostgreSQL, "
+            "an app built another way needs the URL"
+        )
     engine = create_async_engine(
         settings.database_url,
         pool_size=settings.database_pool_size,
@@ -148,31 +147,3 @@ def _drop_row_values(context: Any) -> None:
             current.detail = None
         current = current.__cause__ or current.__context__
 
-
-def _create_sqlite_engine(settings: Settings) -> AsyncEngine:
-    engine = create_async_engine(
-        settings.database_url,
-        pool_size=settings.database_pool_size,
-        max_overflow=0,
-        pool_timeout=settings.database_pool_timeout_s,
-        connect_args={"timeout": 30},
-    )
-
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _: Any) -> None:
-        # Let SQLAlchemy, not the driver, decide when transactions begin (see _on_begin).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # Take the write lock at the start: a deferred transaction that later writes can
-        # fail with "database is locked" instead of waiting its turn.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine

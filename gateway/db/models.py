@@ -210,7 +210,6 @@ class AuditEvent(Base):
             "ix_audit_events_unsealed",
             "id",
             postgresql_where=sa.text("chain_seq IS NULL"),
-            sqlite_where=sa.text("chain_seq IS NULL"),
         ),
         sa.Index(
             "uq_audit_events_tenant_id_chain_seq",
@@ -218,7 +217,6 @@ class AuditEvent(Base):
             "chain_seq",
             unique=True,
             postgresql_where=sa.text("chain_seq IS NOT NULL"),
-            sqlite_where=sa.text("chain_seq IS NOT NULL"),
         ),
     )
 

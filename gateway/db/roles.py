@@ -26,8 +26,8 @@ class RoleRecord:
 
 
 async def lock_tenant(conn: AsyncConnection, *, tenant_id: str) -> bool:
-    """Serialise a tenant's administrative changes (row lock on PostgreSQL; SQLite's
-    ``BEGIN IMMEDIATE`` already does); False when there is no such tenant."""
+    """Serialise a tenant's administrative changes (the tenant's row lock); False when there
+    is no such tenant."""
     found = await conn.scalar(sa.select(tenants.c.id).where(tenants.c.id == tenant_id).with_for_update())
     return found is not None
 
@@ -84,7 +84,6 @@ async def replace_role(
 
 
 async def delete_role(conn: AsyncConnection, *, tenant_id: str, name: str) -> None:
-    # Explicitly, not through the foreign key's cascade: SQLite enforces it only when asked.
     await conn.execute(
         sa.delete(role_permissions).where(role_permissions.c.tenant_id == tenant_id, role_permissions.c.role == name)
     )

@@ -1,35 +1,25 @@
-"""Column types that behave the same on PostgreSQL and SQLite."""
+"""Column types of the models."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
-    """A timezone-aware UTC timestamp: ``timestamptz`` on PostgreSQL, naive UTC text on SQLite.
-
-    SQLite has no time zones; storing naive UTC keeps comparisons and ordering correct there.
-    """
+    """A timezone-aware UTC timestamp (``timestamptz``); a naive datetime is refused."""
 
     impl = sa.DateTime(timezone=True)
     cache_ok = True
-
-    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(sa.DateTime(timezone=False))
-        return dialect.type_descriptor(sa.DateTime(timezone=True))
 
     def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to a UTC column")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         if value is None:
@@ -37,11 +27,10 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-JsonValue = sa.JSON().with_variant(JSONB(), "postgresql")
-"""JSON on SQLite, JSONB on PostgreSQL."""
+JsonValue = JSONB()
 
-BigIntId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-"""A 64-bit surrogate key; on SQLite the INTEGER PRIMARY KEY rowid."""
+BigIntId = sa.BigInteger()
+"""A 64-bit surrogate key."""
 
 
 def utcnow() -> datetime:

@@ -1,19 +1,16 @@
 """The run's ledger: budget, repeat counts, tool_call_id replays, approvals and audit rows,
 decided atomically in the database.
 
-Two steps per batch, each one database round trip on PostgreSQL:
+Two steps per batch, each one database round trip:
 
 1. ``admit``, before anything runs, under the run's row lock: answer ids already seen from
    what is stored when the call is the stored one (same tool, same arguments hash), and
    answer ``TOOL_CALL_ID_CONFLICT`` when it is not; store the outcome of calls the checks rejected; count every other call
    against ``max_tool_calls`` and the repeat limit; create the approval of a call that
    needs one; mark the rest executing. Every outcome decided here is audited in the same
-   transaction. (PostgreSQL: the ``gateway_admit_calls`` function, migration 0006.)
+   transaction (the ``gateway_admit_calls`` function, migration 0006).
 2. ``record``, after the admitted calls ran: store their outcomes (for replays) and their
    audit rows together, in one statement.
-
-``SqliteLedger`` is the same logic in Python inside a ``BEGIN IMMEDIATE`` transaction;
-the ledger tests run the same cases against both.
 """
 
 from __future__ import annotations
@@ -26,15 +23,14 @@ from typing import Any
 
 import msgspec
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.auth.principal import Principal
 from gateway.db.batching import StatementBatcher
 from gateway.db.engine import Database
-from gateway.db.models import Approval, AuditEvent, Run, RunCallCount, ToolCall
+from gateway.db.models import AuditEvent, Run
 from gateway.errors import ErrorCode
 from gateway.execution.checks import CallPlan
-from gateway.execution.results import LEDGER_CONTENTS, TOOL_BUDGET_EXCEEDED
+from gateway.execution.results import LEDGER_CONTENTS
 
 
 class RunNotFound(Exception):
@@ -255,226 +251,5 @@ class PostgresLedger(Ledger):
         return [None] * len(items)
 
 
-_runs = Run.__table__
-_counts = RunCallCount.__table__
-_calls = ToolCall.__table__
-_approvals = Approval.__table__
-_audit = AuditEvent.__table__
-
-
-def _replayed_outcome(stored: Any, approval: Any, now: datetime, stale_before: datetime) -> str:
-    if stored.outcome is not None:
-        return str(stored.outcome)
-    if approval is None:
-        if stored.created_at < stale_before:  # started long ago, never recorded: interrupted
-            return ErrorCode.TOOL_OUTCOME_UNKNOWN.value
-        return ErrorCode.TOOL_CALL_IN_PROGRESS.value
-    if approval.status == "pending" and approval.expires_at > now:
-        return ErrorCode.APPROVAL_REQUIRED.value
-    if approval.status in ("pending", "expired"):
-        return ErrorCode.APPROVAL_EXPIRED.value
-    if approval.status == "rejected":
-        return ErrorCode.APPROVAL_REJECTED.value
-    if approval.decided_at is not None and approval.decided_at < stale_before:
-        return ErrorCode.TOOL_OUTCOME_UNKNOWN.value
-    return ErrorCode.TOOL_CALL_IN_PROGRESS.value
-
-
-class SqliteLedger(Ledger):
-    async def admit(
-        self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
-    ) -> list[Admission]:
-        async with self._db.begin() as conn:
-            run = (
-                await conn.execute(
-                    sa.select(_runs).where(
-                        _runs.c.id == run_id,
-                        _runs.c.tenant_id == principal.tenant_id,
-                        _runs.c.user_id == principal.user_id,
-                    )
-                )
-            ).first()
-            if run is None:
-                raise RunNotFound(run_id)
-            used = run.used_tool_calls
-            admissions = []
-            audit_rows: list[dict[str, Any]] = []
-            for plan in plans:
-                admission, used = await self._admit_one(conn, principal, run, used, plan, now=now)
-                admissions.append(admission)
-                if admission.decision != "execute":
-                    audit_rows.append(
-                        _audit_row(
-                            principal,
-                            run_id,
-                            plan,
-                            kind="tool_call_replay" if admission.decision == "replay" else "tool_call",
-                            outcome=admission.outcome or "",
-                            approval_id=admission.approval_id,
-                            request_id=request_id,
-                            now=now,
-                        )
-                    )
-            if used != run.used_tool_calls:
-                await conn.execute(sa.update(_runs).where(_runs.c.id == run_id).values(used_tool_calls=used))
-            if audit_rows:
-                await conn.execute(_audit.insert(), audit_rows)
-        return admissions
-
-    async def _admit_one(
-        self, conn: AsyncConnection, principal: Principal, run: Any, used: int, plan: CallPlan, *, now: datetime
-    ) -> tuple[Admission, int]:
-        stored = (
-            await conn.execute(sa.select(_calls).where(_calls.c.run_id == run.id, _calls.c.tool_call_id == plan.id))
-        ).first()
-        if stored is not None:
-            approval = None
-            if stored.outcome is None and stored.approval_id is not None:
-                approval = (
-                    await conn.execute(sa.select(_approvals).where(_approvals.c.id == stored.approval_id))
-                ).first()
-            return (
-                Admission(
-                    tool_call_id=plan.id,
-                    decision="replay",
-                    outcome=_replayed_outcome(stored, approval, now, now - self._stale_after),
-                    content=stored.content,
-                    approval_id=stored.approval_id,
-                    approval_status=approval.status if approval is not None else None,
-                ),
-                used,
-            )
-
-        base = {"run_id": run.id, "tool_call_id": plan.id, "tenant_id": principal.tenant_id,
-                "tool": plan.request.name, "created_at": now}
-        if plan.rejected is not None:
-            code, content = plan.rejected.value, plan.rejection_content
-        elif run.expires_at is not None and run.expires_at <= now:
-            code, content = ErrorCode.RUN_EXPIRED.value, LEDGER_CONTENTS[ErrorCode.RUN_EXPIRED.value]
-        elif used >= run.max_tool_calls:
-            code, content = ErrorCode.BUDGET_EXCEEDED.value, LEDGER_CONTENTS[ErrorCode.BUDGET_EXCEEDED.value]
-        else:
-            used += 1
-            count = await self._count(conn, run.id, plan.call_hash or "")
-            tool_count = (
-                await self._count(conn, run.id, "tool:" + plan.request.name) if plan.tool_call_cap is not None else 0
-            )
-            if plan.tool_call_cap is not None and tool_count > plan.tool_call_cap:
-                code, content = ErrorCode.BUDGET_EXCEEDED.value, LEDGER_CONTENTS[TOOL_BUDGET_EXCEEDED]
-            elif count > run.max_repeats:
-                code, content = ErrorCode.REPEATED_CALL.value, LEDGER_CONTENTS[ErrorCode.REPEATED_CALL.value]
-            elif plan.needs_approval:
-                assert plan.arguments is not None and plan.approval_id is not None
-                await conn.execute(
-                    _approvals.insert().values(
-                        id=plan.approval_id,
-                        tenant_id=principal.tenant_id,
-                        run_id=run.id,
-                        tool_call_id=plan.id,
-                        requester_id=principal.user_id,
-                        requester_roles=sorted(principal.roles),
-                        tool=plan.request.name,
-                        arguments=msgspec.json.decode(plan.arguments.canonical),
-                        arguments_sha256=plan.arguments_sha256,
-                        status="pending",
-                        created_at=now,
-                        expires_at=self.approval_expiry(now),
-                    )
-                )
-                await conn.execute(_calls.insert().values(**base, status="approval", approval_id=plan.approval_id))
-                return (
-                    Admission(
-                        tool_call_id=plan.id,
-                        decision="decided",
-                        outcome=ErrorCode.APPROVAL_REQUIRED.value,
-                        approval_id=plan.approval_id,
-                        approval_status="pending",
-                    ),
-                    used,
-                )
-            else:
-                await conn.execute(_calls.insert().values(**base, status="executing"))
-                return Admission(tool_call_id=plan.id, decision="execute"), used
-
-        await conn.execute(
-            _calls.insert().values(**base, status="done", outcome=code, content=content, finished_at=now)
-        )
-        return Admission(tool_call_id=plan.id, decision="decided", outcome=code, content=content), used
-
-    @staticmethod
-    async def _count(conn: AsyncConnection, run_id: str, call_hash: str) -> int:
-        updated = await conn.execute(
-            sa.update(_counts)
-            .where(_counts.c.run_id == run_id, _counts.c.call_hash == call_hash)
-            .values(count=_counts.c.count + 1)
-            .returning(_counts.c.count)
-        )
-        count = updated.scalar()
-        if count is None:
-            await conn.execute(_counts.insert().values(run_id=run_id, call_hash=call_hash, count=1))
-            return 1
-        return int(count)
-
-    async def record(
-        self, principal: Principal, run_id: str, finished: list[FinishedCall], *, request_id: str | None, now: datetime
-    ) -> None:
-        async with self._db.begin() as conn:
-            for f in finished:
-                await conn.execute(
-                    sa.update(_calls)
-                    .where(_calls.c.run_id == run_id, _calls.c.tool_call_id == f.plan.id)
-                    .values(status="done", outcome=f.outcome, content=f.content, finished_at=now)
-                )
-            await conn.execute(
-                _audit.insert(),
-                [
-                    _audit_row(
-                        principal,
-                        run_id,
-                        f.plan,
-                        kind="tool_call",
-                        outcome=f.outcome,
-                        request_id=request_id,
-                        now=now,
-                        duration_ms=f.duration_ms,
-                        error_id=f.error_id,
-                    )
-                    for f in finished
-                ],
-            )
-
-
-def _audit_row(
-    principal: Principal,
-    run_id: str,
-    plan: CallPlan,
-    *,
-    kind: str,
-    outcome: str,
-    request_id: str | None,
-    now: datetime,
-    approval_id: str | None = None,
-    duration_ms: float | None = None,
-    error_id: str | None = None,
-) -> dict[str, Any]:
-    return {
-        "tenant_id": principal.tenant_id,
-        "kind": kind,
-        "user_id": principal.user_id,
-        "run_id": run_id,
-        "tool_call_id": plan.id,
-        "tool": plan.request.name,
-        "arguments": plan.audit_arguments_value(),
-        "arguments_sha256": plan.arguments_sha256,
-        "outcome": outcome,
-        "duration_ms": duration_ms,
-        "approval_id": approval_id,
-        "request_id": request_id,
-        "error_id": error_id,
-        "detail": None,
-        "created_at": now,
-    }
-
-
 def create_ledger(db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> Ledger:
-    return (PostgresLedger if db.is_postgres else SqliteLedger)(db, approval_ttl=approval_ttl, stale_after=stale_after)
+    return PostgresLedger(db, approval_ttl=approval_ttl, stale_after=stale_after)

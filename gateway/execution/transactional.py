@@ -85,7 +85,7 @@ class TransactionalCalls:
         if tool.remote:
             # A tool whose effects live elsewhere (a business service behind HTTP): nothing of
             # its work can join our transaction, so it runs with none open — holding one across a
-            # remote call would keep a connection (and SQLite's write lock) for its whole duration.
+            # remote call would keep a connection (and its locks) for its whole duration.
             # Its outcome and audit row then commit together.
             outcome = await call(None)
             async with self._db.begin() as conn:

@@ -147,7 +147,7 @@ def upgrade() -> None:
     op.create_index("ix_articles_tenant_id_created_at", "articles", ["tenant_id", "created_at"])
     op.create_table(
         "audit_events",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), sa.Identity(), nullable=False),
+        sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
         sa.Column("tenant_id", sa.String(64), nullable=False),
         sa.Column("kind", sa.String(32), nullable=False),
         sa.Column("user_id", sa.String(128), nullable=True),

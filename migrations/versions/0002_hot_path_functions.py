@@ -1,4 +1,4 @@
-"""PostgreSQL: admit and record batches of tool calls in one round trip each.
+"""Admit and record batches of tool calls in one round trip each.
 
 ``gateway_admit_calls`` takes the batches of several concurrent requests (each: one run
 and its calls) and does for each, under the run's row lock and in one statement: find the
@@ -8,13 +8,10 @@ longer ago than any call can run — when its process stopped while it ran and i
 is unknown); and for each new call store the pre-decided outcome, or count it against the
 budget, the tool's own cap (counted under the key 'tool:<name>') and the repeat limit,
 create its approval, or mark it executing. Every outcome decided here gets its audit row
-in the same transaction. The logic mirrors ``gateway.execution.ledger.SqliteLedger``; the
-ledger tests run the same cases against both.
+in the same transaction.
 
 ``gateway_record_calls`` stores the outcomes of executed calls (answered to replays) and
 their audit rows together.
-
-On SQLite this revision does nothing: SQLite runs the Python implementation.
 
 Revision ID: 0002
 Revises: 0001
@@ -238,14 +235,10 @@ $fn$;
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute(ADMIT_CALLS)
     op.execute(RECORD_CALLS)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute("DROP FUNCTION gateway_record_calls(timestamptz, jsonb)")
     op.execute("DROP FUNCTION gateway_admit_calls(timestamptz, jsonb, jsonb, timestamptz)")

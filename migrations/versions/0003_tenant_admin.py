@@ -28,7 +28,7 @@ depends_on: str | Sequence[str] | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 TIMESTAMP = sa.DateTime(timezone=True)
-BIGINT = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+BIGINT = sa.BigInteger()
 
 
 def upgrade() -> None:
@@ -62,7 +62,6 @@ def upgrade() -> None:
         "audit_events",
         ["id"],
         postgresql_where=sa.text("chain_seq IS NULL"),
-        sqlite_where=sa.text("chain_seq IS NULL"),
     )
     op.create_index(
         "uq_audit_events_tenant_id_chain_seq",
@@ -70,7 +69,6 @@ def upgrade() -> None:
         ["tenant_id", "chain_seq"],
         unique=True,
         postgresql_where=sa.text("chain_seq IS NOT NULL"),
-        sqlite_where=sa.text("chain_seq IS NOT NULL"),
     )
     op.create_table(
         "audit_chains",

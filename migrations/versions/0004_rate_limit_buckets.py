@@ -6,9 +6,8 @@ locally (see ``gateway.ratelimit``). ``rate_limit_overrides`` replaces the confi
 and burst of one tenant's buckets (scope ``tenant``: the tenant's own bucket; scope
 ``user``: each of its users' buckets).
 
-On PostgreSQL, ``gateway_take_tokens`` refills and takes from several buckets in one
-statement, under each bucket's row lock, with the database's clock. On SQLite the same
-logic runs in Python (``gateway.ratelimit.store.SqliteTokenStore``).
+``gateway_take_tokens`` refills and takes from several buckets in one statement, under
+each bucket's row lock, with the database's clock.
 
 Revision ID: 0004
 Revises: 0003
@@ -110,12 +109,10 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("tenant_id", "scope", name="pk_rate_limit_overrides"),
     )
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(TAKE_TOKENS)
+    op.execute(TAKE_TOKENS)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP FUNCTION gateway_take_tokens(text[], text[], float8[], float8[], integer[], timestamptz)")
+    op.execute("DROP FUNCTION gateway_take_tokens(text[], text[], float8[], float8[], integer[], timestamptz)")
     op.drop_table("rate_limit_overrides")
     op.drop_table("rate_limit_buckets")

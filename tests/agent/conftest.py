@@ -142,7 +142,7 @@ async def gateway(pg_url: str, model: ScriptedModel, gateway_overrides: dict[str
 async def gateway_any_db(
     database_url: str, model: ScriptedModel, gateway_overrides: dict[str, Any]
 ) -> AsyncIterator[Gateway]:
-    """The same, once on SQLite and once on PostgreSQL."""
+    """The same, on a database the demo tenants were already seeded in."""
     async with running_gateway(database_url, agent_settings(database_url, model.url, **gateway_overrides)) as gw:
         yield gw
 

@@ -9,9 +9,9 @@ from gateway.app import create_app
 from tests.support.app import make_settings
 
 
-async def test_one_pooled_client_from_settings_shared_by_http_tools_and_closed_on_shutdown(sqlite_url: str):
+async def test_one_pooled_client_from_settings_shared_by_http_tools_and_closed_on_shutdown(pg_url: str):
     settings = make_settings(
-        sqlite_url, http_max_connections=7, http_max_keepalive_connections=3, http_connect_timeout_s=1.5,
+        pg_url, http_max_connections=7, http_max_keepalive_connections=3, http_connect_timeout_s=1.5,
         tool_timeout_s=4.0,
     )
     app = create_app(settings)

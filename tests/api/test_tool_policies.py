@@ -1,4 +1,4 @@
-"""A tenant's tool policy shapes GET /v1/tools and execution at once (both backends)."""
+"""A tenant's tool policy shapes GET /v1/tools and execution at once."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ async def _admin(server: PostgresServer, statement: str) -> None:
 
 @pytest.fixture
 async def db(database_url: str) -> AsyncIterator[Database]:
-    """The demo tenants' database (SQLite and PostgreSQL), opened as the gateway opens it."""
+    """The demo tenants' database, opened as the gateway opens it."""
     await seeded(database_url)
     async with open_database(database_url) as database:
         yield database

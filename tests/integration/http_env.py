@@ -1,6 +1,6 @@
 """A gateway and the business services its HTTP tools call, all real servers on loopback ports.
 
-One environment per test module and database backend (they are slow to start relative to a
+One environment per test module (they are slow to start relative to a
 test); tests keep apart by using their own runs, users' orders and tool_call ids.
 """
 
@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -168,7 +166,6 @@ class HttpEnv:
     trap: ServiceState
     trap_url: str
     trap_port: int
-    backend: str
 
 
 async def _seed(database_url: str) -> None:
@@ -184,12 +181,6 @@ async def _seed(database_url: str) -> None:
 
 
 def _database(request: pytest.FixtureRequest) -> Iterator[str]:
-    if request.param == "sqlite":
-        template: Path = request.getfixturevalue("sqlite_template")
-        path = request.getfixturevalue("tmp_path_factory").mktemp("http-tools") / "gateway.db"
-        shutil.copyfile(template, path)
-        yield f"sqlite+aiosqlite:///{path}"
-        return
     postgres = request.getfixturevalue("postgres")
     template_name = request.getfixturevalue("pg_template")
     name = f"gw_http_{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -235,7 +226,6 @@ def http_env(request: pytest.FixtureRequest, **overrides: Any) -> Iterator[HttpE
                     trap=service_state(trap_app),
                     trap_url=trap.url,
                     trap_port=trap.port,
-                    backend=request.param,
                 )
     finally:
         databases.close()

@@ -1,4 +1,4 @@
-"""The audit hash chain: sealing, verification, tampering, retention (both backends)."""
+"""The audit hash chain: sealing, verification, tampering, retention."""
 
 from __future__ import annotations
 

@@ -6,16 +6,18 @@ import asyncio
 import os
 import re
 import subprocess
+import signal
 import sys
 import time
 from pathlib import Path
 
 import httpx
-import pytest
 import sqlalchemy as sa
 
+from gateway.db.embedded import EmbeddedPostgres
 from gateway.db.models import Article, Role, RolePermission, Tenant, User
 from tests.support import db
+from tests.support.calls import batch, contents, tool_call
 from tests.support.loopback import free_port
 from tests.support.tokens import TEST_SECRET, auth
 
@@ -61,9 +63,10 @@ def test_gateway_token_without_a_secret_stops_with_a_clear_message(tmp_path):
 
 
 def test_gateway_serve_without_a_secret_stops_with_a_clear_message(tmp_path):
-    done = gateway("serve", "--port", "1", cwd=tmp_path, GATEWAY_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path}/g.db")
+    done = gateway("serve", "--port", "1", cwd=tmp_path)
     assert done.returncode == 2
     assert "GATEWAY_JWT_SECRET" in done.stderr and "--demo" in done.stderr
+    assert not (tmp_path / ".gateway").exists()  # stopped before starting a database
 
 
 def test_gateway_token_refuses_a_lifetime_the_gateway_would_refuse(tmp_path):
@@ -81,9 +84,17 @@ def test_gateway_serve_with_a_jwks_url_but_no_audience_or_issuer_stops_with_one_
     assert "GATEWAY_JWT_AUDIENCE" in done.stderr and "GATEWAY_JWT_ISSUER" in done.stderr
 
 
-@pytest.mark.parametrize("backend", ["sqlite_url", "pg_url"])
-def test_gateway_seed_demo_is_idempotent(request, backend):
-    url = request.getfixturevalue(backend)
+def test_a_sqlite_url_stops_every_command_with_one_line_saying_what_to_do(tmp_path):
+    for command in (["migrate"], ["serve", "--demo", "--port", "1"], ["tenants", "list"]):
+        done = gateway(*command, cwd=tmp_path, GATEWAY_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
+        assert done.returncode == 2, command
+        (line,) = done.stderr.splitlines()
+        assert "PostgreSQL" in line and "unset GATEWAY_DATABASE_URL" in line, line
+        assert "Traceback" not in done.stderr and not (tmp_path / "gateway.db").exists()
+
+
+def test_gateway_seed_demo_is_idempotent(pg_url):
+    url = pg_url
     first = gateway("seed-demo", GATEWAY_DATABASE_URL=url)
     assert first.returncode == 0, first.stderr
     after_first = asyncio.run(counts(url))
@@ -94,35 +105,52 @@ def test_gateway_seed_demo_is_idempotent(request, backend):
     assert after_first["articles"] == 4
 
 
-def test_gateway_migrate_creates_the_schema(tmp_path):
-    url = f"sqlite+aiosqlite:///{tmp_path / 'migrated.db'}"
+def test_gateway_migrate_creates_the_schema(empty_pg_url):
+    url = empty_pg_url
     done = gateway("migrate", GATEWAY_DATABASE_URL=url)
     assert done.returncode == 0, done.stderr
     assert asyncio.run(db.rows(url, sa.select(Tenant.__table__))) == []
 
 
-def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line(tmp_path):
-    """The README quick start: an embedded SQLite file, the demo tenants, a token per user."""
-    port = free_port()
+def start_demo(folder: Path, port: int) -> tuple[subprocess.Popen[bytes], str]:
+    """``gateway serve --demo`` as the README's quick start runs it; its banner once it serves."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--demo", "--port", str(port)],
-        cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        cwd=folder, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, "the demo server exited"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the demo server did not start"
+        time.sleep(0.1)
+    os.set_blocking(process.stdout.fileno(), False)
+    return process, process.stdout.read().decode()
+
+
+def stop_demo(process: subprocess.Popen[bytes], sig: int) -> None:
+    process.send_signal(sig)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, "the demo server exited"
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the demo server did not start"
-            time.sleep(0.1)
-        os.set_blocking(process.stdout.fileno(), False)
-        banner = process.stdout.read().decode()
+        assert process.wait(timeout=30) == (0 if sig == signal.SIGINT else -sig)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+        process.stdout.close()
+
+
+def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line_and_keeps_its_data(reachable_tmp: Path):
+    """The README quick start: the embedded PostgreSQL, the demo tenants, a token per user; a
+    second start finds the tokens, runs and approvals of the first."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    process, banner = start_demo(reachable_tmp, port)
+    try:
         tokens = re.findall(r"^\s+(eyJ[\w-]+\.[\w-]+\.[\w-]+)$", banner, re.M)
         assert len(tokens) == 6  # alice, bob, carol in acme and globex
         (curl,) = [line for line in banner.splitlines() if line.strip().startswith("curl ")]
@@ -131,16 +159,60 @@ def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line(tmp_path):
         assert listed.status_code == 200 and listed.json()["tools"]
         for token in tokens:
             assert httpx.post(f"{base}/v1/runs", headers={"Authorization": f"Bearer {token}"}, timeout=5).status_code == 201
-        assert (tmp_path / "gateway.db").exists()
-        assert (tmp_path / ".gateway-demo-secret").stat().st_mode & 0o777 == 0o600
+        bob = {"Authorization": f"Bearer {tokens[1]}"}
+        run_id = httpx.post(f"{base}/v1/runs", headers=bob, timeout=5).json()["id"]
+        call = tool_call("create_article", {"title": "Kept", "body": "across a restart"}, call_id="c1")
+        answered = httpx.post(f"{base}/v1/runs/{run_id}/tool-calls", json=batch(call), headers=bob, timeout=10)
+        (content,) = contents(answered.json())
+        assert content["error"]["code"] == "APPROVAL_REQUIRED"
+        approval_id = content["error"]["approval_id"]
+        assert (reachable_tmp / ".gateway" / "postgres" / "PG_VERSION").exists()
+        assert (reachable_tmp / ".gateway-demo-secret").stat().st_mode & 0o777 == 0o600
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-        process.stdout.close()
+        stop_demo(process, signal.SIGINT)  # Ctrl-C
+    assert not EmbeddedPostgres(reachable_tmp / ".gateway" / "postgres").is_running()
+
+    process, _ = start_demo(reachable_tmp, port)
+    try:
+        run = httpx.get(f"{base}/v1/runs/{run_id}", headers=bob, timeout=5)
+        assert run.status_code == 200, run.text
+        approval = httpx.get(f"{base}/v1/approvals/{approval_id}", headers=bob, timeout=5)
+        assert approval.status_code == 200 and approval.json()["status"] == "pending", approval.text
+    finally:
+        stop_demo(process, signal.SIGTERM)  # a service manager; the exit status still says SIGTERM
+    assert not EmbeddedPostgres(reachable_tmp / ".gateway" / "postgres").is_running()
+
+
+def test_operator_commands_run_on_the_embedded_default_and_leave_no_server_behind(reachable_tmp: Path):
+    data = reachable_tmp / ".gateway" / "postgres"
+    steps = [
+        (["migrate"], ""),
+        (["tenants", "create", "initech"], "created tenant initech"),
+        (["tenants", "list"], "initech"),
+        (["audit", "seal"], "sealed 1 audit row(s)"),
+        (["audit", "verify", "--tenant", "initech"], "tenant initech: OK"),
+        (["seed-demo"], ""),
+        (["token", "--demo", "--tenant", "acme", "--user", "bob"], "eyJ"),
+    ]
+    for command, expected in steps:
+        done = gateway(*command, cwd=reachable_tmp)
+        assert done.returncode == 0, (command, done.stderr)
+        assert expected in done.stdout, (command, done.stdout)
+        assert not EmbeddedPostgres(data).is_running(), command
+
+
+def test_a_data_folder_the_embedded_server_cannot_use_is_one_line_naming_it(reachable_tmp: Path):
+    locked = reachable_tmp / "locked"
+    locked.mkdir(mode=0o000)  # as root: its server user cannot enter; otherwise: we cannot write
+    try:
+        done = gateway("tenants", "list", cwd=reachable_tmp, GATEWAY_EMBEDDED_DATA_DIR=str(locked / "pg" / "data"))
+    finally:
+        locked.chmod(0o700)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("gateway: ") and str(locked) in line and "Traceback" not in done.stderr
+    assert "GATEWAY_EMBEDDED_DATA_DIR" in line or "Permission denied" in line
+    assert not list(locked.iterdir())  # nothing made in a folder the server could not use
 
 
 def test_gateway_tenants_approval_mode_lets_the_operator_bypass_approvals_for_one_tool(seeded_pg_url):

@@ -190,13 +190,3 @@ async def test_the_repeat_limit_holds_across_gateway_processes(fleet, http):
     calls = [tool_call("add", {"a": 40, "b": 2}, call_id=f"c{i}") for i in range(21)]
     contents = await call_each(http, fleet, run_id, calls, ALICE)
     assert Counter(outcome(c) for c in contents) == {"OK": 3, "REPEATED_CALL": 18}
-
-
-@pytest.fixture
-def sqlite_server(seeded_sqlite_url: str, probe: Probe) -> Iterator[str]:
-    with serving(seeded_sqlite_url, probe) as base_url:
-        yield base_url
-
-
-async def test_concurrent_requests_never_exceed_the_budget_on_sqlite_either(sqlite_server, http, probe, seeded_sqlite_url):
-    await assert_concurrent_requests_stay_within_the_budget(http, sqlite_server, seeded_sqlite_url, probe)

@@ -1,12 +1,11 @@
 """A database outage: 503 SERVICE_UNAVAILABLE while PostgreSQL is down, and recovery without a
-restart when it returns. The test stops and starts a throwaway cluster of its own."""
+restart when it returns. The test stops and starts an embedded PostgreSQL of its own."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 
-import asyncpg
 import pytest
 from litestar.testing import AsyncTestClient
 
@@ -14,30 +13,24 @@ from gateway.app import create_app
 from gateway.db.migrate import upgrade_to_head
 from tests.conftest import make_settings, seeded
 from tests.support.calls import batch, contents, outcome, tool_call
-from tests.support.postgres import ThrowawayCluster, find_pg_binaries, init_throwaway_cluster
+from gateway.db.embedded import EmbeddedPostgres
+from tests.support.postgres import remove_embedded, start_embedded
 from tests.support.tokens import auth_for
 
-LEAKS = ("Traceback", "asyncpg", "sqlalchemy", "postgres", "127.0.0.1", "Connection", "Error:")
+LEAKS = ("Traceback", "asyncpg", "sqlalchemy", "postgres", "127.0.0.1", "gateway-pg-", "Connection", "Error:")
 
 
 @pytest.fixture
-def cluster() -> Iterator[ThrowawayCluster]:
-    bin_dir = find_pg_binaries()
-    assert bin_dir is not None, "this test needs the local initdb/pg_ctl to start a cluster it may stop"
-    cluster = init_throwaway_cluster(bin_dir)
+def cluster() -> Iterator[EmbeddedPostgres]:
+    cluster = start_embedded()
     try:
         yield cluster
     finally:
-        cluster.remove()
+        remove_embedded(cluster)
 
 
-async def create_database(cluster: ThrowawayCluster) -> str:
-    conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres")
-    try:
-        await conn.execute('CREATE DATABASE "gateway"')
-    finally:
-        await conn.close()
-    url = f"postgresql+asyncpg://postgres@127.0.0.1:{cluster.port}/gateway"
+async def create_database(cluster: EmbeddedPostgres) -> str:
+    url = cluster.url()  # the gateway's database, made when the data folder was
     await asyncio.to_thread(upgrade_to_head, url)
     await seeded(url)
     return url
@@ -63,7 +56,7 @@ async def eventually_ok(send, attempts: int = 50):  # type: ignore[no-untyped-de
 
 
 async def test_requests_get_503_while_postgres_is_down_and_recover_when_it_returns(
-    cluster: ThrowawayCluster,
+    cluster: EmbeddedPostgres,
 ) -> None:
     url = await create_database(cluster)
     app = create_app(make_settings(url, database_pool_timeout_s=2.0, policy_cache_s=0.0))

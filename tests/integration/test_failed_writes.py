@@ -19,28 +19,22 @@ from tests.support.tokens import auth_for
 
 ALICE, BOB = auth_for("alice"), auth_for("bob")
 
-REFUSE_OK_AUDIT = {
-    "sqlite": [
-        """CREATE TRIGGER refuse_ok BEFORE INSERT ON audit_events WHEN NEW.outcome = 'OK'
-           BEGIN SELECT RAISE(ABORT, 'refused by test'); END"""
-    ],
-    "postgres": [
-        """CREATE FUNCTION refuse_ok() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN IF NEW.outcome = 'OK' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$""",
-        "CREATE TRIGGER refuse_ok BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_ok()",
-    ],
-}
+REFUSE_OK_AUDIT = [
+    """CREATE FUNCTION refuse_ok() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN IF NEW.outcome = 'OK' THEN RAISE EXCEPTION 'refused by test'; END IF; RETURN NEW; END $$""",
+    "CREATE TRIGGER refuse_ok BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION refuse_ok()",
+]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def refusing_url(request) -> str:
+@pytest.fixture
+def refusing_url(pg_url: str) -> str:
     """A fresh seeded database whose audit refuses rows with outcome OK."""
-    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    url = pg_url
 
     async def prepare() -> None:
         await seeded(url)
         async with db.open_database(url) as database, database.begin() as conn:
-            for statement in REFUSE_OK_AUDIT[request.param]:
+            for statement in REFUSE_OK_AUDIT:
                 await conn.execute(sa.text(statement))
 
     asyncio.run(prepare())

@@ -1,5 +1,5 @@
 """HTTP tools end to end: the gateway and a business service, both real servers on loopback
-ports, on SQLite and on PostgreSQL."""
+ports."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.support.tokens import auth_for
 LEAKS = ("hunter2", "10.0.0.7", "Traceback", "internal")
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+@pytest.fixture(scope="module")
 def env(request: pytest.FixtureRequest) -> Iterator[HttpEnv]:
     yield from http_env(request)
 

@@ -1,4 +1,4 @@
-"""The ledger's atomic decisions, on both backends: budget, tool caps, repeats, replays,
+"""The ledger's atomic decisions: budget, tool caps, repeats, replays,
 approvals and audit rows — also when many requests share one PostgreSQL statement."""
 
 from __future__ import annotations

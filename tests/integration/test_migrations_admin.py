@@ -1,4 +1,4 @@
-"""The models and the migrations agree, 0003 included (alembic check), on both backends."""
+"""The models and the migrations agree, 0003 included (alembic check)."""
 
 from __future__ import annotations
 

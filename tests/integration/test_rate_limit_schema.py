@@ -1,4 +1,4 @@
-"""The rate-limit tables of migration 0004 and the models agree, on both backends."""
+"""The rate-limit tables of migration 0004 and the models agree."""
 
 from __future__ import annotations
 

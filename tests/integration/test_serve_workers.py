@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from gateway.cli import build_parser
+from gateway.db.embedded import EmbeddedPostgres
 from gateway.observability.multiprocess import ENV, prepare_metrics_dir, remove_metrics_dir
 from tests.support.processes import start_gateway, wait_until_ready
 
@@ -39,9 +40,9 @@ def test_an_operators_metrics_directory_is_emptied_of_the_last_run(monkeypatch, 
     assert not list(tmp_path.glob("*.db"))
 
 
-def test_demo_mode_passes_its_secret_to_every_worker(tmp_path: Path) -> None:
+def test_demo_mode_passes_its_secret_and_its_one_embedded_server_to_every_worker(reachable_tmp: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("GATEWAY_", "PROMETHEUS_"))}
-    gateway = start_gateway(env, tmp_path / "serve.log", "--demo", "--workers", "2", cwd=tmp_path)
+    gateway = start_gateway(env, reachable_tmp / "serve.log", "--demo", "--workers", "2", cwd=reachable_tmp)
     try:
         wait_until_ready(gateway)
         deadline = time.monotonic() + 30
@@ -56,3 +57,4 @@ def test_demo_mode_passes_its_secret_to_every_worker(tmp_path: Path) -> None:
         assert len(started) == 2
     finally:
         gateway.stop()
+    assert not EmbeddedPostgres(reachable_tmp / ".gateway" / "postgres").is_running()

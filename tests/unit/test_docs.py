@@ -23,13 +23,13 @@ def test_ci_runs_the_readme_test_command():
     assert "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest" in ci
 
 
-def test_every_route_is_in_the_readme_api_table(tmp_path):
+def test_every_route_is_in_the_readme_api_table():
     import re
 
     from gateway.app import create_app
     from tests.support.app import make_settings
 
-    app = create_app(make_settings(f"sqlite+aiosqlite:///{tmp_path}/docs.db"))
+    app = create_app(make_settings("postgresql+asyncpg://gateway@127.0.0.1:1/never-opened"))
     documented = set()
     for line in README.read_text().splitlines():
         if line.startswith("| `") and "/" in line:

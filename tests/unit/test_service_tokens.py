@@ -98,7 +98,6 @@ def test_demo_mode_generates_a_signing_key_and_keeps_it(tmp_path: Path, monkeypa
     # load_settings writes these into the environment: register them so they are undone.
     for name in ("GATEWAY_JWT_SECRET", "GATEWAY_DEMO", "GATEWAY_SERVICE_SIGNING_KEY_FILE"):
         monkeypatch.setenv(name, "")
-    monkeypatch.setenv("GATEWAY_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'demo.db'}")
     first = load_service_signer(cli.load_settings(demo=True))
     path = tmp_path / cli.DEMO_SIGNING_KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -122,12 +121,12 @@ def test_only_the_jwks_path_itself_is_public(path: str, public: bool):
     assert bool(re.compile("|".join(PUBLIC_PATHS)).search(path)) is public
 
 
-async def test_jwks_route_needs_no_token_and_is_empty_without_a_key(sqlite_url: str):
-    async with AsyncTestClient(app=create_app(make_settings(sqlite_url))) as client:
+async def test_jwks_route_needs_no_token_and_is_empty_without_a_key(pg_url: str):
+    async with AsyncTestClient(app=create_app(make_settings(pg_url))) as client:
         response = await client.get("/.well-known/jwks.json")
         assert response.status_code == 200
         assert response.json() == {"keys": []}
-    with_key = create_app(make_settings(sqlite_url, service_signing_key=SERVICE_SIGNING_KEY))
+    with_key = create_app(make_settings(pg_url, service_signing_key=SERVICE_SIGNING_KEY))
     async with AsyncTestClient(app=with_key) as client:
         (key,) = (await client.get("/.well-known/jwks.json")).json()["keys"]
         assert key["alg"] == "ES256"

