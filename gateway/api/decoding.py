@@ -81,7 +81,7 @@ class GatewayRequest(Request[Any, Any, Any]):
             else:
                 body = await self.body()
                 settings = getattr(self.app.state, "settings", None)  # set in the lifespan
-                max_depth = settings.max_json_depth if settings is not None else DEFAULT_MAX_JSON_DEPTH
+                max_depth = settings.requests.max_json_depth if settings is not None else DEFAULT_MAX_JSON_DEPTH
                 self._json = self._connection_state.json = decode_body(
                     body or b"null", body_type(self), max_depth=max_depth
                 )

@@ -81,11 +81,11 @@ def scrape_allowed(request: Request, token: str | None) -> bool:
 async def scrape_metrics(request: Request, state: State) -> Response[bytes]:
     """Counters and histograms of this process (or of every worker), and gauges read from the database."""
     settings = state.settings
-    if not scrape_allowed(request, settings.metrics_token):
+    if not scrape_allowed(request, settings.metrics.token):
         raise GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
     # A scraper that showed the token reads the database now; anyone else gets an answer at most a second old.
-    pending = await state.database_gauges.pending(fresh=settings.metrics_token is not None)
+    pending = await state.database_gauges.pending(fresh=settings.metrics.token is not None)
     body = metrics.render(
-        database_up=pending is not None, pending_approvals=pending, tenant_labels=settings.metrics_tenant_labels
+        database_up=pending is not None, pending_approvals=pending, tenant_labels=settings.metrics.tenant_labels
     )
     return Response(content=body, media_type=MEDIA_TYPE)
