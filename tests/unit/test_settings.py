@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from gateway.settings import ENV_FIELDS, FIELD_DOCS, Settings, SettingsError
+from gateway.settings import ENV_FIELDS, FIELD_DOCS, RequestLimits, Settings, SettingsError
 
 SECRET = "s" * 32
 
@@ -100,10 +100,60 @@ def test_settings_are_frozen():
 def test_unknown_fields_are_refused():
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"no_such_setting": 1}, Settings)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"database": {"no_such_setting": 1}}, Settings)
+    with pytest.raises(TypeError, match="GATEWAY_NO_SUCH_SETTING"):
+        Settings.from_flat(no_such_setting=1)
 
 
-def test_every_field_is_documented():
-    assert list(FIELD_DOCS) == list(ENV_FIELDS)
+def test_every_field_is_documented_and_read_from_one_variable_in_the_documented_order():
+    assert list(ENV_FIELDS) == list(FIELD_DOCS)
+    places = set(ENV_FIELDS.values())
+    assert len(places) == len(ENV_FIELDS)
+    for group, fields in Settings().groups():
+        assert {(group, field) for field in fields.__struct_fields__} <= places
+
+
+def test_flat_names_reach_the_same_values_as_the_variables():
+    settings = Settings.from_flat(tool_timeout_s=2.5, tools_file="tools.toml", allow_self_approval=True, demo=True)
+    assert (settings.tools.timeout_s, settings.tools.file, settings.approvals.allow_self_approval) == (
+        2.5, "tools.toml", True)
+    assert settings.demo is True
+    assert settings.flat() == {**Settings().flat(), "tool_timeout_s": 2.5, "tools_file": "tools.toml",
+                               "allow_self_approval": True, "demo": True}
+
+
+def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable():
+    with pytest.raises(SettingsError, match="^GATEWAY_MAX_JSON_DEPTH must be an integer at least 1 and at most 512$"):
+        Settings(requests=RequestLimits(max_json_depth=0))
+    with pytest.raises(SettingsError, match="^GATEWAY_WORKERS must be an integer at least 1$"):
+        Settings.from_flat(workers=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GATEWAY_RUN_MAX_TOOL_CALLS", "many", "GATEWAY_RUN_MAX_TOOL_CALLS must be an integer at least 1"),
+        ("GATEWAY_LLM_HISTORY_SHARE", "0", "GATEWAY_LLM_HISTORY_SHARE must be a number more than 0 and at most 1"),
+        ("GATEWAY_RATE_LIMIT_USER_RPS", "-1", "GATEWAY_RATE_LIMIT_USER_RPS must be a number at least 0"),
+        ("GATEWAY_LOG_FORMAT", "xml", "GATEWAY_LOG_FORMAT must be console or json"),
+        ("GATEWAY_LLM_BASE_URL", "ftp://x", "GATEWAY_LLM_BASE_URL must be an http(s) URL"),
+    ],
+)
+def test_a_declared_bound_is_said_in_one_line_naming_the_variable(name, value, message):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({name: value})
+    assert str(caught.value) == message
+
+
+def test_secrets_in_every_group_are_redacted_in_the_repr():
+    secrets = {"jwt_secret": "j" * 40, "llm_api_key": "sk-live-key", "service_signing_key": "PEM-KEY-TEXT",
+               "metrics_token": "m" * 20}
+    settings = Settings.from_flat(**secrets)
+    for shown in (repr(settings), repr(settings.jwt), repr(settings.llm), repr(settings.services),
+                  repr(settings.metrics)):
+        assert not any(secret in shown for secret in secrets.values())
+    assert repr(settings).count("[REDACTED]") == len(secrets)
 
 
 @pytest.mark.parametrize(
