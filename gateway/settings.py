@@ -5,7 +5,7 @@ Every field is one ``GATEWAY_*`` environment variable: the group's prefix and th
 name, upper-cased (``database.pool_size`` is ``GATEWAY_DATABASE_POOL_SIZE``), unless the
 group names it otherwise in ``env_names``. A value is checked by its type declaration
 (bounds, choices, patterns); the rules that tie several fields together are in
-``Settings.__post_init__`` and ``Settings.require_signing_setup``. An invalid value stops
+``Settings._check_rules_across_fields`` and ``Settings.require_signing_setup``. An invalid value stops
 start-up with a one-line message naming its variable. The README's configuration table is
 generated from ``FIELD_DOCS``, keyed by the variables' names without the prefix.
 """
