@@ -45,6 +45,7 @@ from gateway.db.engine import Database
 from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.ledger import create_ledger
+from gateway.execution.policy import longest_timeout_s
 from gateway.execution.runs import RunService
 from gateway.llm.providers import ModelProviders
 from gateway.ratelimit import create_rate_limiter
@@ -63,8 +64,8 @@ __all__ = ["create_app"]
 
 def interrupted_after(settings: Settings, registry: ToolRegistry) -> timedelta:
     """How long after its start a call still marked executing must have been interrupted:
-    twice the longest any call may run (a tool's timeout, a tenant's policy caps it at 600 s)."""
-    longest = max([settings.tool_timeout_s, 600.0, *(tool.timeout_s or 0.0 for tool in registry)])
+    twice the longest any call may run."""
+    longest = longest_timeout_s(registry, settings.tool_timeout_s)
     return timedelta(seconds=2 * longest + 2 * settings.database_statement_timeout_s)
 
 

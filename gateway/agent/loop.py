@@ -284,7 +284,7 @@ class AgentLoop:
         for call, result in zip(calls, results, strict=True):
             content = tool_content(result.content)
             run.history.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-            approval_id = approval_id_of(content) if result.outcome == ErrorCode.APPROVAL_REQUIRED.value else None
+            approval_id = result.approval_id if result.outcome == ErrorCode.APPROVAL_REQUIRED.value else None
             entry = self.trace_entry(round_no, call, result.outcome, content, approval_id)
             run.trace.append(entry)
             await emit(trace_event(entry))
@@ -360,16 +360,6 @@ def approval_text(run_id: str, pending: list[PendingApproval]) -> str:
         f"This needs an administrator's approval before I can go on: {what}. "
         f"Once it is decided, resume the run with POST /v1/runs/{run_id}/resume."
     )
-
-
-def approval_id_of(content: str) -> str | None:
-    try:
-        decoded = msgspec.json.decode(content)
-    except msgspec.DecodeError:
-        return None
-    error = decoded.get("error") if isinstance(decoded, dict) else None
-    approval_id = error.get("approval_id") if isinstance(error, dict) else None
-    return approval_id if isinstance(approval_id, str) else None
 
 
 def trace_event(entry: TraceEntry) -> dict[str, Any]:

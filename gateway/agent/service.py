@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import structlog
 
 from gateway.agent.history import cut_for, tool_content, validate_conversation
@@ -24,7 +25,6 @@ from gateway.agent.loop import (
     LoopOutcome,
     LoopRun,
     PendingApproval,
-    approval_id_of,
     approval_text,
 )
 from gateway.auth.directory import TenantDirectory
@@ -34,6 +34,7 @@ from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError, new_error_id
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
+from gateway.execution.results import read_content
 from gateway.execution.runs import RequestedLimits, RunService
 from gateway.llm.base import ChatModel, Message, SamplingOptions, Usage
 from gateway.llm.providers import ModelProviders
@@ -254,8 +255,7 @@ class AgentService:
                 content = tool_content(result.content)
                 entry = self.loop.trace_entry(run.steps, call, result.outcome, content)
                 if result.outcome == ErrorCode.APPROVAL_REQUIRED.value:
-                    approval_id = _approval_of(history[seq]["content"]) or ""
-                    still.append(PendingApproval(approval_id=approval_id, tool_call_id=call["id"],
+                    still.append(PendingApproval(approval_id=result.approval_id or "", tool_call_id=call["id"],
                                                  tool=call["function"]["name"], arguments=entry.arguments))
                     continue
                 history[seq] = {"role": "tool", "tool_call_id": call["id"], "content": content}
@@ -363,12 +363,20 @@ def _waiting_calls(history: list[Message]) -> list[tuple[int, dict[str, Any]]]:
     waiting = []
     for seq in range(last_assistant + 1, len(history)):
         message = history[seq]
-        if message.get("role") == "tool" and _approval_of(message.get("content") or "") is not None:
+        if message.get("role") == "tool" and _waits_for_approval(message.get("content") or ""):
             call = calls.get(message.get("tool_call_id", ""))
             if call is not None:
                 waiting.append((seq, call))
     return waiting
 
 
-def _approval_of(content: str) -> str | None:
-    return approval_id_of(content) if '"APPROVAL_REQUIRED"' in content else None
+def _waits_for_approval(content: str) -> bool:
+    """Whether a stored tool message answered ``APPROVAL_REQUIRED`` with an approval id (the
+    history is all a resumed run has of its last round)."""
+    if '"APPROVAL_REQUIRED"' not in content:
+        return False
+    try:
+        error = read_content(content).error
+    except msgspec.DecodeError:  # not a content the gateway wrote
+        return False
+    return error is not None and error.approval_id is not None

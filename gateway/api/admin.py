@@ -30,6 +30,7 @@ from gateway.api.schemas import Input
 from gateway.auth.guards import requires_permission
 from gateway.db.policies import ApprovalMode, ToolPolicy
 from gateway.db.roles import RoleRecord
+from gateway.execution.policy import MAX_POLICY_TIMEOUT_S, tool_limits
 
 RoleName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="A role's name.")]
 Permission = Annotated[
@@ -69,7 +70,7 @@ class ToolPolicyIn(Input, kw_only=True, forbid_unknown_fields=True):
 
     enabled: bool = True
     approval_mode: Literal["never", "mutating", "always"] = "mutating"
-    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] | None = None
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_POLICY_TIMEOUT_S)] | None = None
     max_calls_per_run: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
     max_result_bytes: Annotated[int, msgspec.Meta(ge=64, le=10_485_760)] | None = None
     allowed_roles: Annotated[list[RoleName], msgspec.Meta(max_length=200)] | None = None
@@ -141,7 +142,7 @@ def role_view(role: RoleRecord) -> RoleView:
 
 def policy_view(state: ToolPolicyState) -> ToolPolicyView:
     policy, tool = state.policy, state.tool
-    effective = policy.applied_to(tool)
+    effective = tool_limits(tool, policy)
     return ToolPolicyView(
         tool=tool.name,
         permission=tool.permission,

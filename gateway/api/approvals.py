@@ -19,6 +19,7 @@ from gateway.api.schemas import ApprovalOutcome, ApprovalPage, ApprovalView, Err
 from gateway.auth.guards import requires_permission
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.approvals import ApprovalService, effective_status
+from gateway.execution.results import read_content
 
 APPROVAL_STATUSES = ("pending", "executing", "succeeded", "failed", "rejected", "expired")
 
@@ -26,16 +27,19 @@ APPROVAL_STATUSES = ("pending", "executing", "succeeded", "failed", "rejected", 
 def outcome_view(code: str | None, content: str | None) -> ApprovalOutcome | None:
     if code is None or content is None:
         return None
-    parsed = msgspec.json.decode(content)
-    if parsed.get("ok"):
+    stored = read_content(content)
+    if stored.ok:
         return ApprovalOutcome(
-            code=code,
-            ok=True,
-            result=parsed.get("result"),
-            truncated=bool(parsed.get("truncated", False)),
-            original_bytes=parsed.get("original_bytes"),
+            code=code, ok=True, result=stored.result, truncated=stored.truncated, original_bytes=stored.original_bytes
         )
-    return ApprovalOutcome(code=code, ok=False, error=msgspec.convert(parsed["error"], ErrorInfo))
+    error = stored.error
+    assert error is not None
+    return ApprovalOutcome(
+        code=code,
+        ok=False,
+        error=ErrorInfo(code=error.code, message=error.message, retryable=error.retryable,
+                        approval_id=error.approval_id, error_id=error.error_id),
+    )
 
 
 def approval_view(row: Any, service: ApprovalService, now: datetime, *, reveal: bool = False) -> ApprovalView:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -51,32 +51,17 @@ class ToolPolicy:
             "allowed_roles": sorted(self.allowed_roles) if self.allowed_roles is not None else None,
         }
 
-    def applied_to(self, tool: Any) -> Any:
-        """``tool`` with this policy's timeout and maximum result size where it sets them."""
-        if self.timeout_s is None and self.max_result_bytes is None:
-            return tool
-        return replace(
-            tool,
-            timeout_s=self.timeout_s if self.timeout_s is not None else tool.timeout_s,
-            max_result_bytes=self.max_result_bytes if self.max_result_bytes is not None else tool.max_result_bytes,
-        )
-
 
 DEFAULT_POLICY = ToolPolicy()
 
 
 class TenantPolicies(Mapping[str, ToolPolicy]):
-    """A tenant's policies by tool name, as loaded at one moment (immutable).
+    """A tenant's policies by tool name, as loaded at one moment (immutable)."""
 
-    Also remembers, per tool, the tool with the policy's timeout and result size applied,
-    so the hot path does not rebuild it on every call.
-    """
-
-    __slots__ = ("_policies", "_effective")
+    __slots__ = ("_policies",)
 
     def __init__(self, policies: Mapping[str, ToolPolicy] | None = None) -> None:
         self._policies: dict[str, ToolPolicy] = dict(policies or {})
-        self._effective: dict[str, tuple[Any, Any]] = {}
 
     def __getitem__(self, name: str) -> ToolPolicy:
         return self._policies[name]
@@ -89,18 +74,6 @@ class TenantPolicies(Mapping[str, ToolPolicy]):
 
     def for_tool(self, name: str) -> ToolPolicy:
         return self._policies.get(name, DEFAULT_POLICY)
-
-    def effective_tool(self, tool: Any) -> Any:
-        """``tool`` with this tenant's timeout and maximum result size, when it sets them."""
-        policy = self._policies.get(tool.name)
-        if policy is None or (policy.timeout_s is None and policy.max_result_bytes is None):
-            return tool
-        cached = self._effective.get(tool.name)
-        if cached is not None and cached[0] is tool:
-            return cached[1]
-        effective = policy.applied_to(tool)
-        self._effective[tool.name] = (tool, effective)
-        return effective
 
     def __eq__(self, other: object) -> bool:
         return self is other

@@ -29,7 +29,8 @@ from gateway.db import approvals as q
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError
 from gateway.db.policies import NO_POLICIES
-from gateway.execution.checks import check_permission
+from gateway.execution.guards.permission import allows
+from gateway.execution.policy import ToolLimits, tool_limits
 from gateway.execution.results import error_content
 from gateway.errors import new_error_id
 from gateway.execution.runner import CallOutcome
@@ -189,14 +190,15 @@ class ApprovalService:
         async def record(conn: Any, outcome: CallOutcome) -> None:
             await self._store_outcome(conn, row, approver, outcome, request_id=request_id)
 
-        refused, tool, decoded = self._prepare(row, requester)
+        refused, tool, decoded, limits = self._prepare(row, requester)
         if refused is not None:
             outcome = await self._calls.record_only(refused, record)
         else:
-            assert tool is not None and decoded is not None
+            assert tool is not None and decoded is not None and limits is not None
             outcome = await self._calls.run(
                 tool,
                 decoded,
+                limits=limits,
                 principal=requester,
                 run_id=row.run_id,
                 tool_call_id=row.tool_call_id,
@@ -212,22 +214,24 @@ class ApprovalService:
 
     def _prepare(
         self, row: Any, requester: Principal
-    ) -> tuple[CallOutcome | None, Tool | None, DecodedArguments | None]:
+    ) -> tuple[CallOutcome | None, Tool | None, DecodedArguments | None, ToolLimits | None]:
         """The frozen call as it runs now: refused when the tool is gone, the arguments were
-        changed, or the requester (or the tenant's policy) no longer allows it."""
+        changed, or the requester (or the tenant's policy) no longer allows it; else with the
+        limits the tenant's current policy gives it."""
         tool = self._registry.get(row.tool)
         canonical = row.canonical_arguments.encode()
         if tool is None:
-            return failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists."), None, None
+            return failure(ErrorCode.TOOL_NOT_FOUND, "This tool no longer exists."), None, None, None
         if sha256_hex(canonical) != row.arguments_sha256:
-            return _unexpected("approval_arguments_tampered", approval_id=row.id), None, None
-        if not check_permission(requester, tool):
-            return failure(ErrorCode.PERMISSION_DENIED, "The requester may no longer use this tool."), None, None
+            return _unexpected("approval_arguments_tampered", approval_id=row.id), None, None, None
+        if not allows(requester, tool):
+            return (failure(ErrorCode.PERMISSION_DENIED, "The requester may no longer use this tool."),
+                    None, None, None)
         try:
             decoded = tool.arguments.decode(canonical)
         except ArgumentsInvalid as exc:
-            return failure(ErrorCode.INVALID_ARGUMENTS, exc.message), None, None
-        return None, requester.tool_policies.effective_tool(tool), decoded
+            return failure(ErrorCode.INVALID_ARGUMENTS, exc.message), None, None, None
+        return None, tool, decoded, tool_limits(tool, requester.tool_policies.for_tool(tool.name))
 
     async def _store_outcome(
         self, conn: Any, row: Any, approver: Principal, outcome: CallOutcome, *, request_id: str | None

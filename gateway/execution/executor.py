@@ -1,35 +1,36 @@
 """The guarded executor: a model's tool calls in, one ``role=tool`` message per call out.
 
-The order of the guards, as the model sees their codes, is visible here and nowhere else:
+The guards, in the order the model sees their codes, are one list: ``gateway.execution.guards``.
+A batch goes through them in four steps:
 
-1. protocol: the batch as a whole (``INVALID_TOOL_CALL``, ``DUPLICATE_TOOL_CALL_ID``) — checks.py
-2. per call, no database: ``TOOL_NOT_FOUND`` → ``PERMISSION_DENIED`` → ``INVALID_ARGUMENTS`` — checks.py
-3. per call, one atomic database step for the whole batch: replays of known ids, ``RUN_EXPIRED``,
-   ``BUDGET_EXCEEDED`` → ``REPEATED_CALL`` → ``APPROVAL_REQUIRED`` — ledger.py
-4. execution, concurrently, each under its timeout: ``TOOL_TIMEOUT``, business codes,
-   ``TOOL_EXECUTION_FAILED``, results capped in size — runner.py (a ``local`` tool, one
-   that does no I/O, runs inline: a timeout cannot interrupt it and there is nothing to
-   overlap)
+1. protocol: the batch as a whole (``INVALID_TOOL_CALL``, ``DUPLICATE_TOOL_CALL_ID``) — protocol.py
+2. per call, no database: the check guards — checks.py
+3. one atomic database step for the whole batch: replays of known ids, then the admission
+   guards — ledger.py
+4. execution, concurrently, inside the execution guards: business codes,
+   ``TOOL_EXECUTION_FAILED`` — runner.py (a ``local`` tool, one that does no I/O, runs
+   inline: a timeout cannot interrupt it and there is nothing to overlap)
 5. outcomes and audit rows stored in one statement — ledger.py
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import msgspec
 import structlog
 
 from gateway.auth.principal import Principal
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode, GatewayError
-from gateway.execution.checks import CallPlan, plan_call
+from gateway.execution.checks import CallPlan, plan_calls
+from gateway.execution.guards import ADMISSION_CONTENTS
 from gateway.execution.ledger import Admission, FinishedCall, Ledger, RunNotFound
 from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
-from gateway.execution.results import error_content
-from gateway.execution.runner import CallOutcome, run_tool
+from gateway.execution.results import ErrorDetail, detail_content, error_content, error_detail, read_content
+from gateway.execution.runner import OK, CallOutcome, run_tool
 from gateway.execution.transactional import TransactionalCalls
 from gateway.observability import metrics
 from gateway.observability.timing import AUDIT, BUDGET, TOOL, UNTIMED, VALIDATION, StageTimer
@@ -44,8 +45,17 @@ log = structlog.get_logger("gateway.execution")
 class ToolMessage:
     tool_call_id: str
     content: str
+    """What the model is told (JSON text)."""
     outcome: str
+    error: ErrorDetail | None = None
+    """What ``content`` says when the call did not succeed (code, message, retryable, ...): read
+    this, never ``content``."""
     role: str = "tool"
+
+    @property
+    def approval_id(self) -> str | None:
+        """The approval this call waits for (``APPROVAL_REQUIRED``), as ``content`` names it."""
+        return self.error.approval_id if self.error is not None else None
 
 
 class ToolExecutor:
@@ -99,13 +109,7 @@ class ToolExecutor:
         request_id: str | None,
         timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
-        plans = [
-            plan_call(self._registry, principal, request, timer, max_json_depth=self._settings.max_json_depth)
-            for request in requests
-        ]
-        for plan in plans:
-            if plan.needs_approval:
-                plan.approval_id = "apr_" + uuid.uuid4().hex
+        plans = plan_calls(self._registry, principal, requests, timer, max_json_depth=self._settings.max_json_depth)
         now = datetime.now(UTC)
         try:
             admissions = await self._ledger.admit(principal, run_id, plans, request_id=request_id, now=now)
@@ -140,11 +144,9 @@ class ToolExecutor:
         for plan, admission in zip(plans, admissions, strict=True):
             ran = outcomes.get(plan.id)
             if ran is not None:
-                message = ToolMessage(tool_call_id=plan.id, content=ran.content, outcome=ran.outcome)
+                message = ToolMessage(tool_call_id=plan.id, content=ran.content, outcome=ran.outcome, error=ran.error)
             else:
-                message = ToolMessage(
-                    tool_call_id=plan.id, content=content_of(admission), outcome=admission.outcome or ""
-                )
+                message = message_of(plan.id, admission)
             messages.append(message)
             metrics.call_answered(
                 plan.tool.name if plan.tool is not None else None,
@@ -215,6 +217,7 @@ class ToolExecutor:
             plan.tool,
             plan.arguments,
             ctx,
+            limits=plan.limits,
             default_timeout_s=self._settings.tool_timeout_s,
             default_max_result_bytes=self._settings.tool_max_result_bytes,
         )
@@ -225,9 +228,27 @@ def _tool(plan: CallPlan) -> Tool:
     return plan.tool
 
 
-def content_of(admission: Admission) -> str:
+def message_of(tool_call_id: str, admission: Admission) -> ToolMessage:
     """What the model is told for a call the ledger decided or replayed."""
+    outcome = admission.outcome or ""
     if admission.content is not None:
-        return admission.content
+        # Stored text (a refusal, a replayed outcome): read back once, here.
+        error = None if outcome == OK else _error_of(admission.content)
+        return ToolMessage(tool_call_id=tool_call_id, content=admission.content, outcome=outcome, error=error)
     code = ErrorCode(admission.outcome) if admission.outcome else ErrorCode.TOOL_CALL_IN_PROGRESS
-    return error_content(code, approval_id=admission.approval_id)
+    detail = error_detail(code, approval_id=admission.approval_id)
+    return ToolMessage(tool_call_id=tool_call_id, content=detail_content(detail), outcome=outcome, error=detail)
+
+
+_FIXED_ERRORS = {content: read_content(content).error for content in ADMISSION_CONTENTS.values()}
+"""The ledger's fixed refusals, read once."""
+
+
+def _error_of(content: str) -> ErrorDetail | None:
+    fixed = _FIXED_ERRORS.get(content)
+    if fixed is not None:
+        return fixed
+    try:
+        return read_content(content).error
+    except msgspec.DecodeError:  # not written by results.py; the model still gets it as it is
+        return None

@@ -30,7 +30,7 @@ from gateway.db.engine import Database
 from gateway.db.models import AuditEvent, Run
 from gateway.errors import ErrorCode
 from gateway.execution.checks import CallPlan
-from gateway.execution.results import LEDGER_CONTENTS
+from gateway.execution.guards import ADMISSION_CONTENTS as LEDGER_CONTENTS, admission_payload
 
 
 class RunNotFound(Exception):
@@ -116,30 +116,6 @@ class Ledger(ABC):
         """Stop background work (nothing to stop by default)."""
 
 
-def _call_payload(plan: CallPlan) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "id": plan.id,
-        "tool": plan.request.name,
-        "args_sha256": plan.arguments_sha256,
-        "audit_args": plan.audit_arguments,
-    }
-    if plan.rejected is not None:
-        payload["code"] = plan.rejected.value
-        payload["content"] = plan.rejection_content
-    else:
-        assert plan.arguments is not None
-        payload["call_hash"] = plan.call_hash
-        payload["needs_approval"] = plan.needs_approval
-        payload["approval_id"] = plan.approval_id
-        if plan.needs_approval:
-            # The frozen call an approval executes, as a JSON string: stored as text, byte for byte
-            # what was hashed (a JSON value stored as JSONB would have its numbers rewritten).
-            payload["arguments"] = plan.arguments.canonical.decode()
-        if plan.tool_call_cap is not None:
-            payload["tool_cap"] = plan.tool_call_cap
-    return payload
-
-
 @dataclass(frozen=True, slots=True)
 class _AdmitItem:
     principal: Principal
@@ -207,7 +183,7 @@ class PostgresLedger(Ledger):
                 "roles": sorted(items[i].principal.roles),
                 "request_id": items[i].request_id,
                 "approval_expires_at": items[i].approval_expires_at.isoformat(),
-                "calls": [_call_payload(plan) for plan in items[i].plans],
+                "calls": [admission_payload(plan) for plan in items[i].plans],
             }
             for i in order
         ]

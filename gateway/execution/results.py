@@ -6,15 +6,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from gateway.errors import ERRORS, ErrorCode
-from gateway.tools.base import PartialResult
-
-TRUNCATION_MARKER = "…[truncated]"
 
 
-class ErrorDetail(msgspec.Struct, omit_defaults=True):
+class ErrorDetail(msgspec.Struct, omit_defaults=True, frozen=True):
     code: str
     message: str
     retryable: bool
@@ -27,19 +26,33 @@ class ErrorContent(msgspec.Struct):
     error: ErrorDetail
 
 
-class TruncatedResult(msgspec.Struct, omit_defaults=True):
-    ok: bool
-    result: str
-    truncated: bool
-    original_bytes: int | None = None
-    """Left out when the original size is not known (a body that was not read to its end)."""
-
-
 _encoder = msgspec.json.Encoder()
 
 
 def ok_content(result_json: bytes) -> str:
     return (b'{"ok":true,"result":' + result_json + b"}").decode()
+
+
+def error_detail(
+    code: ErrorCode,
+    message: str | None = None,
+    *,
+    retryable: bool | None = None,
+    approval_id: str | None = None,
+    error_id: str | None = None,
+) -> ErrorDetail:
+    spec = ERRORS[code]
+    return ErrorDetail(
+        code=code.value,
+        message=message or spec.message,
+        retryable=spec.retryable if retryable is None else retryable,
+        approval_id=approval_id,
+        error_id=error_id,
+    )
+
+
+def detail_content(detail: ErrorDetail) -> str:
+    return _encoder.encode(ErrorContent(ok=False, error=detail)).decode()
 
 
 def error_content(
@@ -50,41 +63,22 @@ def error_content(
     approval_id: str | None = None,
     error_id: str | None = None,
 ) -> str:
-    spec = ERRORS[code]
-    detail = ErrorDetail(
-        code=code.value,
-        message=message or spec.message,
-        retryable=spec.retryable if retryable is None else retryable,
-        approval_id=approval_id,
-        error_id=error_id,
-    )
-    return _encoder.encode(ErrorContent(ok=False, error=detail)).decode()
+    return detail_content(error_detail(code, message, retryable=retryable, approval_id=approval_id, error_id=error_id))
 
 
-def encode_result(result: object, *, max_bytes: int) -> str:
-    """Encode a tool's result; one larger than ``max_bytes`` is cut, visibly, with its original size."""
-    if isinstance(result, PartialResult):
-        return _truncated(result.kept[:max_bytes], result.original_bytes)
-    encoded = _encoder.encode(result)
-    if len(encoded) <= max_bytes:
-        return ok_content(encoded)
-    return _truncated(encoded[:max_bytes], len(encoded))
+class StoredContent(msgspec.Struct):
+    """A ``content`` read back from storage (a replayed call, an approval's outcome)."""
+
+    ok: bool
+    result: Any = None
+    truncated: bool = False
+    original_bytes: int | None = None
+    error: ErrorDetail | None = None
 
 
-def _truncated(kept: bytes, original_bytes: int | None) -> str:
-    text = kept.decode("utf-8", errors="ignore")
-    return _encoder.encode(
-        TruncatedResult(ok=True, result=text + TRUNCATION_MARKER, truncated=True, original_bytes=original_bytes)
-    ).decode()
+_stored = msgspec.json.Decoder(StoredContent)
 
 
-# Outcomes the ledger decides without running anything always read the same.
-LEDGER_CONTENTS: dict[str, str] = {
-    code.value: error_content(code)
-    for code in (ErrorCode.RUN_EXPIRED, ErrorCode.BUDGET_EXCEEDED, ErrorCode.REPEATED_CALL, ErrorCode.TOOL_CALL_ID_CONFLICT)
-}
-TOOL_BUDGET_EXCEEDED = "TOOL_BUDGET_EXCEEDED"
-"""The key of the content answered when a tool's own per-run cap is used up (code BUDGET_EXCEEDED)."""
-LEDGER_CONTENTS[TOOL_BUDGET_EXCEEDED] = error_content(
-    ErrorCode.BUDGET_EXCEEDED, "This tool's call limit for this run is used up."
-)
+def read_content(content: str) -> StoredContent:
+    """The one reader of what this module writes, for content that comes back from storage."""
+    return _stored.decode(content)

@@ -21,9 +21,10 @@ from gateway.auth.principal import Principal
 from gateway.db import approvals as q
 from gateway.db.engine import Database
 from gateway.errors import ErrorCode
-from gateway.execution.results import error_content
 from gateway.errors import new_error_id
-from gateway.execution.runner import CallOutcome, run_tool
+from gateway.execution.policy import ToolLimits
+from gateway.execution.results import error_detail
+from gateway.execution.runner import CallOutcome, failed, run_tool
 from gateway.settings import Settings
 from gateway.tools.base import DecodedArguments, Tool, ToolContext
 
@@ -34,10 +35,7 @@ Recorder = Callable[[AsyncConnection, CallOutcome], Awaitable[None]]
 
 
 def failure(code: ErrorCode, message: str | None, *, error_id: str | None = None) -> CallOutcome:
-    return CallOutcome(
-        outcome=code.value, content=error_content(code, message, error_id=error_id), duration_ms=0.0,
-        error_id=error_id,
-    )
+    return failed(error_detail(code, message, error_id=error_id), 0.0)
 
 
 class TransactionalCalls:
@@ -56,6 +54,7 @@ class TransactionalCalls:
         tool: Tool,
         arguments: DecodedArguments,
         *,
+        limits: ToolLimits,
         principal: Principal,
         run_id: str,
         tool_call_id: str,
@@ -78,6 +77,7 @@ class TransactionalCalls:
                 tool,
                 arguments,
                 ctx,
+                limits=limits,
                 default_timeout_s=self._settings.tool_timeout_s,
                 default_max_result_bytes=self._settings.tool_max_result_bytes,
             )
@@ -144,6 +144,7 @@ class TransactionalCalls:
         return await self.run(
             plan.tool,
             plan.arguments,
+            limits=plan.limits,
             principal=principal,
             run_id=run_id,
             tool_call_id=plan.id,

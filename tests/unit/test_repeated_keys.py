@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import ErrorCode
-from gateway.execution.checks import decode_arguments
+from gateway.execution.guards.arguments import decode_arguments
 from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_batch
 from gateway.tools.base import ArgumentsInvalid, StructArguments
 from gateway.tools.builtin import TwoIntegers

@@ -6,7 +6,9 @@ import json
 
 from gateway.auth.principal import Principal
 from gateway.demo import MEMBER
+from gateway.db.policies import DEFAULT_POLICY
 from gateway.errors import ConflictError, ErrorCode
+from gateway.execution.policy import tool_limits
 from gateway.execution.runner import run_tool
 from gateway.tools.base import ToolContext, struct_tool
 from gateway.tools.builtin import NoArguments, TwoIntegers, divide
@@ -26,7 +28,8 @@ def tool_named(probe: Probe, name: str):
 
 async def run(tool, raw: bytes, *, call_id: str = "call_1", timeout_s: float = 5.0, max_bytes: int = 16_384):
     return await run_tool(
-        tool, tool.arguments.decode(raw), context(call_id), default_timeout_s=timeout_s, default_max_result_bytes=max_bytes
+        tool, tool.arguments.decode(raw), context(call_id), limits=tool_limits(tool, DEFAULT_POLICY),
+        default_timeout_s=timeout_s, default_max_result_bytes=max_bytes,
     )
 
 
