@@ -1,4 +1,4 @@
-"""The README and the reference in docs/ say what the code does."""
+"""The README and the reference in docs/ say what the code does, and every link in them leads somewhere."""
 
 import re
 from pathlib import Path
@@ -10,6 +10,36 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
 DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/gateway serve --demo"
+README_MAX_BYTES = 12 * 1024
+
+
+def pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+FENCED_BLOCK = re.compile(r"^```.*?^```[^\n]*$", re.S | re.M)
+
+
+def without_code(text: str) -> str:
+    """The text outside fenced blocks and inline code spans: what a reader sees as prose and headings."""
+    return re.sub(r"(`+).+?\1", "", FENCED_BLOCK.sub("", text))
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#* *$", FENCED_BLOCK.sub("", page.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def relative_links(page: Path) -> list[str]:
+    targets = re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", without_code(page.read_text()))
+    return [target for target in targets if not re.match(r"[a-z][a-z0-9+.-]*:", target)]
 
 
 def test_generated_sections_match_the_code():
@@ -30,6 +60,35 @@ def test_readme_states_both_quick_start_commands_verbatim():
 
 def test_ci_runs_the_readme_test_command():
     assert TEST_COMMAND in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_stays_short():
+    size = len(README.read_bytes())
+    assert size <= README_MAX_BYTES, f"README.md is {size} bytes; the reference belongs in docs/"
+
+
+def test_every_relative_link_leads_to_an_existing_file_and_heading():
+    broken = []
+    for page in pages():
+        for target in relative_links(page):
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and (linked.suffix != ".md" or anchor not in anchors(linked)):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_every_page_of_the_reference_is_linked_from_the_readme():
+    linked = {(README.parent / target.partition("#")[0]).resolve() for target in relative_links(README)}
+    assert [page.name for page in DOCS.glob("*.md") if page.resolve() not in linked] == []
+
+
+def test_the_anchor_rule_matches_github():
+    page = DOCS / "administration.md"
+    assert {"tenant-administration", "audit-api", "tamper-evidence-the-hash-chain"} <= anchors(page)
+    assert "gateway-chat" in anchors(DOCS / "agent-loop.md")
 
 
 def test_every_route_is_in_the_api_table():
