@@ -1,7 +1,7 @@
 """The gateway's settings: one frozen object, read from the environment once and passed in.
 
 Every field is a ``GATEWAY_*`` environment variable (upper-cased field name with the
-prefix); the README's configuration table is generated from ``FIELD_DOCS``.
+prefix); the configuration table in docs/configuration.md is generated from ``FIELD_DOCS``.
 """
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ FIELD_DOCS: dict[str, str] = {
 
 
 def markdown_table() -> str:
-    """The README's configuration table, generated from the fields and ``FIELD_DOCS``."""
+    """The settings table of docs/configuration.md, generated from the fields and ``FIELD_DOCS``."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in zip(Settings.__struct_fields__, msgspec.structs.fields(Settings), strict=True):
         default = field.default
