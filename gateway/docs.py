@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     check = "--check" in args
     root = Path(next((arg for arg in args if arg != "--check"), "."))
+    missing = [page for page in PAGES if not (root / page).is_file()]
+    if missing:
+        print(f"no {missing[0]} under {root.resolve()}: run from the repository root, or name it", file=sys.stderr)
+        return 2
     if check:
         stale = stale_pages(root)
         for page in stale:

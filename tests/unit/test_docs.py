@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from gateway.docs import PAGES, stale_pages
+from gateway.docs import PAGES, main, stale_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -44,6 +44,19 @@ def relative_links(page: Path) -> list[str]:
 
 def test_generated_sections_match_the_code():
     assert stale_pages(ROOT) == [], "docs are stale: run `python -m gateway.docs`"
+
+
+def test_the_generator_reports_a_stale_page_and_rewrites_only_its_tables(tmp_path: Path):
+    for page in PAGES:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text((ROOT / page).read_text())
+    page = tmp_path / "docs" / "errors.md"
+    fresh = page.read_text()
+    page.write_text(fresh.replace("| `UNAUTHENTICATED` | 401 |", "| `UNAUTHENTICATED` | 400 |"))
+    assert main(["--check", str(tmp_path)]) == 1
+    assert main([str(tmp_path)]) == 0
+    assert page.read_text() == fresh
+    assert main(["--check", str(tmp_path)]) == 0
 
 
 def test_every_generated_section_is_on_a_page_of_the_reference():
