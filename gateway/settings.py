@@ -1,7 +1,7 @@
 """The gateway's settings: one frozen object, read from the environment once and passed in.
 
 Every field is a ``GATEWAY_*`` environment variable (upper-cased field name with the
-prefix); the README's configuration table is generated from ``FIELD_DOCS``.
+prefix); the configuration table in docs/configuration.md is generated from ``FIELD_DOCS``.
 """
 
 from __future__ import annotations
@@ -356,7 +356,7 @@ FIELD_DOCS: dict[str, str] = {
     "`429 RATE_LIMITED` with `Retry-After`.",
     "audit_export_max_per_process": "Audit exports one process streams at once, all tenants together; one more is "
     "`429 RATE_LIMITED` with `Retry-After`.",
-    "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](#http-tools)); checked at start.",
+    "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](http-tools.md)); checked at start.",
     "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
     "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",
     "service_signing_key": "PEM private key (EC P-256 → ES256, or RSA → RS256) the gateway signs service tokens "
@@ -385,7 +385,7 @@ FIELD_DOCS: dict[str, str] = {
 
 
 def markdown_table() -> str:
-    """The README's configuration table, generated from the fields and ``FIELD_DOCS``."""
+    """The settings table of docs/configuration.md, generated from the fields and ``FIELD_DOCS``."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in zip(Settings.__struct_fields__, msgspec.structs.fields(Settings), strict=True):
         default = field.default

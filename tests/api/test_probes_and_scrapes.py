@@ -1,5 +1,5 @@
 """The public routes as an operator's tools see them: HEAD on the probes, /metrics' content
-type, its token and its tenant labels, and the metrics the README lists moving."""
+type, its token and its tenant labels, and the metrics docs/operations.md lists moving."""
 
 from __future__ import annotations
 
