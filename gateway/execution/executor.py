@@ -31,7 +31,7 @@ from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_bat
 from gateway.execution.results import error_content
 from gateway.execution.runner import CallOutcome, run_tool
 from gateway.execution.transactional import TransactionalCalls
-from gateway.observability import metrics
+from gateway.observability.metrics import Metrics
 from gateway.observability.timing import AUDIT, BUDGET, TOOL, UNTIMED, VALIDATION, StageTimer
 from gateway.settings import Settings
 from gateway.tools.base import Tool, ToolContext
@@ -49,8 +49,11 @@ class ToolMessage:
 
 
 class ToolExecutor:
-    def __init__(self, *, settings: Settings, db: Database, registry: ToolRegistry, ledger: Ledger) -> None:
+    def __init__(
+        self, *, settings: Settings, db: Database, registry: ToolRegistry, ledger: Ledger, metrics: Metrics
+    ) -> None:
         self._settings = settings
+        self._metrics = metrics
         self._db = db
         self._registry = registry
         self._ledger = ledger
@@ -146,7 +149,7 @@ class ToolExecutor:
                     tool_call_id=plan.id, content=content_of(admission), outcome=admission.outcome or ""
                 )
             messages.append(message)
-            metrics.call_answered(
+            self._metrics.call_answered(
                 plan.tool.name if plan.tool is not None else None,
                 admission.decision,
                 message.outcome,
