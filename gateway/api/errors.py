@@ -150,7 +150,9 @@ _ASYNCPG_UNAVAILABLE = frozenset(
     }
 )
 
-_HANDLERS: dict[type[Exception], Callable[[Request[Any, Any, Any], Any], Response[ErrorEnvelope]]] = {
+ErrorHandler = Callable[[Request[Any, Any, Any], Any], Response[ErrorEnvelope]]
+
+_HANDLERS: dict[type[Exception], ErrorHandler] = {
     GatewayError: handle_gateway_error,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_exception,
@@ -158,14 +160,10 @@ _HANDLERS: dict[type[Exception], Callable[[Request[Any, Any, Any], Any], Respons
 }
 
 
-def exception_handlers(
-    metrics: Metrics,
-) -> dict[type[Exception], Callable[[Request[Any, Any, Any], Any], Response[ErrorEnvelope]]]:
+def exception_handlers(metrics: Metrics) -> dict[type[Exception], ErrorHandler]:
     """One app's exception handlers: each answers the envelope and counts its code in that app's metrics."""
 
-    def counted(
-        handler: Callable[[Request[Any, Any, Any], Any], Response[ErrorEnvelope]],
-    ) -> Callable[[Request[Any, Any, Any], Any], Response[ErrorEnvelope]]:
+    def counted(handler: ErrorHandler) -> ErrorHandler:
         def answer(request: Request[Any, Any, Any], exc: Any) -> Response[ErrorEnvelope]:
             response = handler(request, exc)
             try:
@@ -177,4 +175,3 @@ def exception_handlers(
         return answer
 
     return {exc_type: counted(handler) for exc_type, handler in _HANDLERS.items()}
-
