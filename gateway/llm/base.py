@@ -17,10 +17,10 @@ import msgspec
 import structlog
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observability import metrics
 
 if TYPE_CHECKING:
     from gateway.llm.transport import UpstreamTransport
+    from gateway.observability.metrics import Metrics
     from gateway.settings import LlmProvider
 
 log = structlog.get_logger("gateway.llm")
@@ -140,12 +140,13 @@ class HttpChatModel(ABC):
 
     path: ClassVar[str]
 
-    def __init__(self, provider: LlmProvider, transport: UpstreamTransport) -> None:
+    def __init__(self, provider: LlmProvider, transport: UpstreamTransport, metrics: Metrics) -> None:
         self.name = provider.name
         self.model = provider.model
         self.context_window = provider.context_window
         self._provider = provider
         self._transport = transport
+        self._metrics = metrics
         self._url = provider.base_url.rstrip("/") + self.path
 
     async def chat(
@@ -180,7 +181,7 @@ class HttpChatModel(ABC):
             return result
         finally:
             usage = result.usage if outcome == "ok" else None
-            metrics.model_call(
+            self._metrics.model_call(
                 model=self.model,
                 duration_s=time.perf_counter() - started,
                 prompt_tokens=usage.prompt_tokens if usage else None,
