@@ -152,3 +152,31 @@ async def test_a_run_whose_end_state_cannot_be_written_is_marked_failed_not_left
     assert response.status_code == 500
     states = await gateway.sql("SELECT loop_state, stop_reason FROM runs WHERE loop_state IS NOT NULL")
     assert [tuple(s) for s in states] == [("failed", "INTERNAL_ERROR")]
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"max_batch_size": 2}])
+async def test_calls_past_the_batch_limit_are_answered_invalid_audited_and_not_run(gateway, model):
+    sent = [raw("add", call_id=f"call_{i}", arguments=f'{{"a": {i}, "b": 0}}') for i in range(4)]
+    model.script(answer_with(sent), openai_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [t["outcome"] for t in body["gateway"]["trace"]] == ["OK", "OK", "INVALID_TOOL_CALL", "INVALID_TOOL_CALL"]
+
+    # The next round answers every call of the assistant message, in order.
+    next_round = model.requests[1]["messages"]
+    assistant = next(m for m in next_round if m["role"] == "assistant")
+    ids = [f"call_{i}" for i in range(4)]
+    assert [c["id"] for c in assistant["tool_calls"]] == ids
+    answered = tool_messages(model.requests[1])
+    assert [m["tool_call_id"] for m in answered] == ids
+    for extra in answered[2:]:
+        error = decoded(extra["content"])["error"]
+        assert error["code"] == "INVALID_TOOL_CALL" and "not run" in error["message"]
+
+    run_id = body["gateway"]["run_id"]
+    audited = {r.tool_call_id: r.outcome for r in await db.audit_rows(gateway.database_url, run_id=run_id)}
+    assert audited == {"call_0": "OK", "call_1": "OK", "call_2": "INVALID_TOOL_CALL", "call_3": "INVALID_TOOL_CALL"}
+    run = await gateway.run(run_id)
+    assert run["state"] == "completed"
+    assert [m["tool_call_id"] for m in run["messages"] if m["role"] == "tool"] == ids
