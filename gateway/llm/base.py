@@ -11,7 +11,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -27,6 +27,12 @@ log = structlog.get_logger("gateway.llm")
 
 Message = dict[str, Any]
 Answer = TypeVar("Answer")
+
+MAX_TOKEN_COUNT = 2**31 - 1
+TokenCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
+"""A token count as a provider reports it in an answer's usage. One that is negative or
+absurdly large is a malformed answer (``UPSTREAM_BAD_RESPONSE``): counted, it would move a
+run's budget backwards, fail the metrics' counters, or overflow the run's stored usage."""
 
 
 @dataclass(frozen=True, slots=True)

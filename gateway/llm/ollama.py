@@ -18,6 +18,7 @@ from gateway.llm.base import (
     HttpChatModel,
     Message,
     SamplingOptions,
+    TokenCount,
     Usage,
     decode_answer,
     model_tool_call,
@@ -44,8 +45,8 @@ class _Answer(msgspec.Struct):
     message: _Message
     model: str | None = None
     done_reason: str | None = None
-    prompt_eval_count: int = 0
-    eval_count: int = 0
+    prompt_eval_count: TokenCount = 0
+    eval_count: TokenCount = 0
 
 
 _decoder = msgspec.json.Decoder(_Answer)
