@@ -18,6 +18,7 @@ import structlog
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.observability import metrics
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 
 if TYPE_CHECKING:
     from gateway.llm.transport import UpstreamTransport
@@ -204,7 +205,12 @@ class HttpChatModel(ABC):
 
 
 def decode_answer(decoder: msgspec.json.Decoder[Answer], body: bytes, *, provider: str) -> Answer:
-    """The provider's answer in its wire type; one that does not fit is ``UPSTREAM_BAD_RESPONSE``."""
+    """The provider's answer in its wire type; one that does not fit is ``UPSTREAM_BAD_RESPONSE``,
+    as is one nested deeper than any argument could be (the decoder would recurse until it
+    raised ``RecursionError``)."""
+    if nests_deeper_than(body, MAX_JSON_DEPTH_CEILING):
+        log.warning("model_response_malformed", provider=provider, problem="nested too deep")
+        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
     try:
         return decoder.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

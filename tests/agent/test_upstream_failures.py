@@ -56,8 +56,11 @@ async def test_a_model_slower_than_its_request_timeout_is_upstream_timeout(gatew
         Turn(body={"choices": []}),
         Turn(body={"choices": [{"message": {"content": 42}}]}),
         Turn(body={"choices": [{"message": {"tool_calls": "not a list"}}]}),
+        Turn(body=b'{"choices": [{"message": {"tool_calls": [{"id": "c", "function": {"name": "add", '
+                  b'"arguments": {"a": ' + b"[" * 5000 + b"]" * 5000 + b'}}}]}}]}'),
+        Turn(body=b'{"padding": ' + b"[" * 5000 + b"]" * 5000 + b', "choices": [{"message": {"content": "hi"}}]}'),
     ],
-    ids=["not-json", "no-choices", "content-not-text", "tool-calls-not-a-list"],
+    ids=["not-json", "no-choices", "content-not-text", "tool-calls-not-a-list", "deep-arguments", "deep-extra-field"],
 )
 async def test_a_malformed_answer_is_upstream_bad_response_and_not_retried(gateway, model, answer):
     model.script(answer)
