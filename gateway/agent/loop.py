@@ -38,7 +38,7 @@ from gateway.agent.history import (
     trim,
 )
 from gateway.auth.principal import Principal
-from gateway.text import storable, storable_text
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than, storable, storable_text
 from gateway.errors import ErrorCode
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import (
@@ -312,10 +312,14 @@ class AgentLoop:
         """The call's arguments as a trace may show them: sensitive fields redacted."""
         raw = call["function"]["arguments"]
         tool = self._registry.get(call["function"]["name"])
-        try:
-            decoded = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            decoded = None
+        decoded = None
+        # The model's text: nested too deep it is shown as sent (decoding it would recurse
+        # until RecursionError); the executor refuses such arguments with INVALID_ARGUMENTS.
+        if not nests_deeper_than(raw.encode("utf-8", "surrogatepass"), MAX_JSON_DEPTH_CEILING):
+            try:
+                decoded = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                decoded = None
         if isinstance(decoded, dict):
             return tool.redact(decoded) if tool is not None else decoded
         return REDACTED if tool is not None and tool.sensitive_fields else raw

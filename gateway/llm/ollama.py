@@ -24,6 +24,7 @@ from gateway.llm.base import (
     model_tool_call,
     new_tool_call_id,
 )
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 
 
 class _Function(msgspec.Struct):
@@ -110,6 +111,9 @@ def _as_object(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
     if isinstance(arguments, str):
+        # A model's text: nested past the ceiling, decoding it would recurse until RecursionError.
+        if nests_deeper_than(arguments.encode("utf-8", "surrogatepass"), MAX_JSON_DEPTH_CEILING):
+            return {}
         try:
             decoded = msgspec.json.decode(arguments)
         except msgspec.DecodeError:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from tests.agent.conftest import decoded, tool_messages
 from tests.support import db
 from tests.support.calls import new_run, outcome, send_one
-from tests.support.scripted_model import Turn, call, openai_turn
+from tests.support.scripted_model import Turn, call, ollama_turn, openai_turn
 from tests.support.tokens import auth_for
 
 _ids = itertools.count()
@@ -180,3 +180,29 @@ async def test_calls_past_the_batch_limit_are_answered_invalid_audited_and_not_r
     run = await gateway.run(run_id)
     assert run["state"] == "completed"
     assert [m["tool_call_id"] for m in run["messages"] if m["role"] == "tool"] == ids
+
+
+DEEP_ARGUMENTS = '{"a": ' + "[" * 5000 + "]" * 5000 + ', "b": 1}'
+"""Arguments as a JSON *string*: the answer around them is shallow, the text inside is not."""
+
+
+async def test_arguments_text_nested_too_deep_is_invalid_arguments_not_a_500(gateway, model):
+    model.script(answer_with([raw("add", call_id="call_deep", arguments=DEEP_ARGUMENTS), GOOD]),
+                 openai_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 200, response.text
+    trace = response.json()["gateway"]["trace"]
+    assert [(t["tool_call_id"], t["outcome"]) for t in trace] == [("call_deep", "INVALID_ARGUMENTS"),
+                                                                  ("call_good", "OK")]
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"kind": "ollama"}])
+async def test_ollama_arguments_text_nested_too_deep_does_not_break_the_next_round(gateway, model):
+    first = Turn(body={"model": "scripted-model", "done": True, "done_reason": "stop",
+                       "message": {"role": "assistant", "content": "",
+                                   "tool_calls": [{"function": {"name": "add", "arguments": DEEP_ARGUMENTS}}]}})
+    model.script(first, ollama_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 200, response.text
+    assert [t["outcome"] for t in response.json()["gateway"]["trace"]] == ["INVALID_ARGUMENTS"]
+    assert model.served == 2
