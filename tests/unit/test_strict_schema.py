@@ -73,6 +73,8 @@ def test_a_schema_that_could_let_an_unnamed_field_through_is_refused_naming_the_
         {**top(meta={"$ref": "#/$defs/m"}), "$defs": {"m": {"type": "object", "properties": {"note": {"type": "string"}}}}},
         {**top(meta={"$ref": "#/definitions/m"}), "definitions": {"m": {"type": "object"}}},
         top(meta={"$ref": "#"}),
+        {**top(meta={"$ref": "#/$defs/node"}), "$defs": {"node": {"type": "object", "properties": {
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}},
         top(meta={"const": {"note": "fixed"}}),
         top(meta={"enum": [{"note": "a"}, ["b"]]}),
     ],
@@ -80,6 +82,22 @@ def test_a_schema_that_could_let_an_unnamed_field_through_is_refused_naming_the_
 def test_the_smuggled_identity_never_gets_through_a_schema_the_rule_accepts(schema: dict[str, Any]):
     with pytest.raises(ArgumentsInvalid, match="`meta.user_id`|`meta`|Unknown field"):
         JsonSchemaArguments(schema).decode(msgspec.json.encode(SMUGGLED))
+
+
+@pytest.mark.parametrize(
+    "defs",
+    [
+        {"m": {"$ref": "#/$defs/m"}},
+        {"m": {"$ref": "#/$defs/n"}, "n": {"$ref": "#/$defs/m"}},
+        {"m": {"allOf": [{"$ref": "#/$defs/m"}]}},
+        {"m": {"anyOf": [{"$ref": "#/$defs/m"}, {"type": "string"}]}},
+    ],
+    ids=["self", "two-step", "through-allOf", "through-anyOf"],
+)
+def test_a_ref_cycle_that_closes_nothing_in_place_is_refused(defs: dict[str, Any]):
+    # A validator accepts anything where such a cycle applies: {"meta": {"user_id": ...}} would pass.
+    with pytest.raises(SchemaError, match="/\\$defs/m: could accept an object"):
+        strict_schema({**top(meta={"$ref": "#/$defs/m"}), "$defs": defs})
 
 
 def test_an_open_branch_is_fine_under_a_parent_that_closes_the_object():

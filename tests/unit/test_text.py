@@ -24,6 +24,8 @@ from gateway.text import (
     quoted,
     unstorable_json_text,
 )
+from gateway.text import _JSON_STRING  # noqa: PLC2701 -- its linearity is the point
+
 
 
 def nested(depth: int, opener: str = "[", closer: str = "]") -> bytes:
@@ -45,6 +47,24 @@ def test_a_document_deeper_than_max_depth_is_caught_without_recursion(depth):
 def test_brackets_inside_strings_do_not_count():
     document = json.dumps({"text": "[" * 500, "quote": 'a \\" [[[[ "' * 20, "list": [[1]]}).encode()
     assert not nests_deeper_than(document, 3)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [b'[' * 100 + b'"' + b'\\"' * 1000, b'[' * 100 + b'"abc\\', b'["a\\"b' * 200, b'"' * 3 + b'[' * 100],
+    ids=["escaped-quotes-unterminated", "trailing-backslash", "escaped-quotes-repeated", "odd-quotes"],
+)
+def test_the_string_scan_matches_at_every_quote_so_it_never_rescans(document):
+    """Linear by construction: a string that is never closed runs to the end of the document,
+    so no quote starts an attempt that scans ahead and fails (which made the scan quadratic:
+    a 1 MiB body of escaped quotes held the event loop for hours)."""
+    for at in (i for i, byte in enumerate(document) if byte == ord('"')):
+        assert _JSON_STRING.match(document, at) is not None, at
+
+
+def test_an_unterminated_string_hides_the_brackets_after_it_but_not_those_before():
+    assert nests_deeper_than(b"[" * 70 + b'"' + b"\\\"" * 10, 64)
+    assert not nests_deeper_than(b'["' + b"[" * 70, 64)
 
 
 def test_many_shallow_siblings_are_not_deep():
