@@ -1,0 +1,23 @@
+"""The hot path's SQL files (``gateway/db/sql/*.sql``), read as package data.
+
+A migration applies a file with ``apply_sql_file``: every file is a ``CREATE OR REPLACE``
+(or drops and creates what it replaces), so applying it again is harmless. A later change
+to a function edits its file and adds a migration that applies it again; the migrations
+that applied it before stay as they are.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from alembic import op
+
+
+def read_sql(name: str) -> str:
+    """The text of ``gateway/db/sql/<name>``."""
+    return resources.files("gateway.db.sql").joinpath(name).read_text(encoding="utf-8")
+
+
+def apply_sql_file(name: str) -> None:
+    """Execute one SQL file inside the running migration."""
+    op.execute(read_sql(name))
