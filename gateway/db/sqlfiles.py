@@ -1,7 +1,7 @@
 """The hot path's SQL files (``gateway/db/sql/*.sql``), read as package data.
 
-A migration applies a file with ``apply_sql_file``: every file is a ``CREATE OR REPLACE``
-(or drops and creates what it replaces), so applying it again is harmless. A later change
+A migration applies a file with ``apply_sql_file``: every statement in a file is a
+``CREATE OR REPLACE``, so applying it again is harmless. A later change
 to a function edits its file and adds a migration that applies it again; the migrations
 that applied it before stay as they are.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import resources
 
 from alembic import op
+from sqlalchemy.util import await_only
 
 
 def read_sql(name: str) -> str:
@@ -19,5 +20,9 @@ def read_sql(name: str) -> str:
 
 
 def apply_sql_file(name: str) -> None:
-    """Execute one SQL file inside the running migration."""
-    op.execute(read_sql(name))
+    """Execute one SQL file inside the running migration's transaction.
+
+    The file goes to asyncpg as a simple query, as written: it may hold several statements
+    (a function and its trigger), and nothing in it is read as a bound parameter."""
+    driver = op.get_bind().connection.driver_connection
+    await_only(driver.execute(read_sql(name)))
