@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.chain import audit_events
+from gateway.audit.rows import AuditRow, append_audit
 from gateway.audit.sealer import audit_chains, take_turn
 from gateway.db.engine import Database
 
@@ -73,14 +74,15 @@ async def prune_tenant(conn: AsyncConnection, *, tenant_id: str, cutoff: datetim
         )
     )
     removed = await conn.execute(sa.delete(audit_events).where(behind_anchor))
-    await conn.execute(
-        sa.insert(audit_events).values(
+    await append_audit(
+        conn,
+        AuditRow(
             tenant_id=tenant_id,
             kind="audit_prune",
             outcome="OK",
-            detail={"removed_rows": removed.rowcount, "through_chain_seq": cut, "older_than": cutoff.isoformat()},
             created_at=now,
-        )
+            detail={"removed_rows": removed.rowcount, "through_chain_seq": cut, "older_than": cutoff.isoformat()},
+        ),
     )
     return PruneResult(tenant_id, removed.rowcount, cut)
 

@@ -1,10 +1,11 @@
 """The one writer of ``audit_events``: every attempt and decision is an ``AuditRow``.
 
-Python paths build an ``AuditRow`` and call ``append_audit``. The hot path's SQL
+Python paths build an ``AuditRow`` and call ``append_audit`` (or ``append_audit_where``,
+when the row is written only if a condition holds, in the same statement). The hot path's SQL
 functions write theirs through ``gateway_append_audit`` (``gateway/db/sql/append_audit.sql``),
-which reads JSON objects whose keys are the fields of ``AuditRow``: Python encodes the
-part it knows (``AuditRow`` with ``kind`` and ``outcome`` left to the database) and the
-function adds only what the database decided. A test keeps the fields, the table's
+which reads JSON objects whose keys are the fields of ``AuditRow``: Python sends the parts
+it knows (``audit_json``: the batch's, the call's) and the function adds only what the
+database decided (kind, outcome, approval, detail). A test keeps the fields, the table's
 columns and the function's column list the same.
 
 Rows are only inserted: a trigger (migration 0008) refuses any other change, except the
@@ -18,6 +19,7 @@ from typing import Any
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.db.models import AuditEvent
@@ -49,6 +51,21 @@ AUDIT_ROW_FIELDS: tuple[str, ...] = AuditRow.__struct_fields__
 """The columns an audit row is written with, in one order."""
 
 
+def _bind_type(name: str) -> Any:
+    """The column's type, except that a JSON column stores ``None`` as SQL NULL (as the hot
+    path's SQL does), not as the JSON value ``null``."""
+    column_type = audit_events.c[name].type
+    if isinstance(column_type, sa.JSON):
+        return sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+    return column_type
+
+
+_BIND_TYPES = {name: _bind_type(name) for name in AUDIT_ROW_FIELDS}
+_INSERT = sa.insert(audit_events).values(
+    {name: sa.bindparam(name, type_=_BIND_TYPES[name]) for name in AUDIT_ROW_FIELDS}
+)
+
+
 def audit_values(row: AuditRow) -> dict[str, Any]:
     return {name: getattr(row, name) for name in AUDIT_ROW_FIELDS}
 
@@ -56,7 +73,16 @@ def audit_values(row: AuditRow) -> dict[str, Any]:
 async def append_audit(conn: AsyncConnection, *rows: AuditRow) -> None:
     """Insert audit rows in the caller's transaction (the state change they describe commits with them)."""
     if rows:
-        await conn.execute(sa.insert(audit_events), [audit_values(row) for row in rows])
+        await conn.execute(_INSERT, [audit_values(row) for row in rows])
+
+
+async def append_audit_where(conn: AsyncConnection, row: AuditRow, *where: sa.ColumnElement[bool]) -> bool:
+    """Insert ``row`` only when ``where`` holds, in one statement; whether it was inserted."""
+    values = sa.select(
+        *(sa.literal(getattr(row, name), _BIND_TYPES[name]) for name in AUDIT_ROW_FIELDS)
+    ).where(*where)
+    result = await conn.execute(sa.insert(audit_events).from_select(list(AUDIT_ROW_FIELDS), values))
+    return bool(result.rowcount)
 
 
 def audit_json(**fields: Any) -> dict[str, Any]:

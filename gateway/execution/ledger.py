@@ -18,13 +18,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 import sqlalchemy as sa
 
-from gateway.audit.rows import audit_json
+from gateway.audit.rows import AuditRow, append_audit_where, audit_json
 from gateway.auth.principal import Principal
 from gateway.db.batching import StatementBatcher
 from gateway.db.engine import Database
@@ -90,25 +90,23 @@ class Ledger(ABC):
         now: datetime,
     ) -> None:
         """Audit a batch refused for breaking the protocol; nothing else is stored."""
-        audit = AuditEvent.__table__
         runs = Run.__table__
-        owned_run = sa.select(
-            sa.literal(principal.tenant_id),
-            sa.literal("protocol_rejection"),
-            sa.literal(principal.user_id),
-            runs.c.id,
-            sa.literal(code.value),
-            sa.literal(request_id, sa.String),
-            sa.literal({"message": message}, AuditEvent.detail.type),
-            sa.literal(now, AuditEvent.created_at.type),
-        ).where(runs.c.id == run_id, runs.c.tenant_id == principal.tenant_id, runs.c.user_id == principal.user_id)
-        stmt = audit.insert().from_select(
-            ["tenant_id", "kind", "user_id", "run_id", "outcome", "request_id", "detail", "created_at"], owned_run
+        row = AuditRow(
+            tenant_id=principal.tenant_id,
+            kind="protocol_rejection",
+            outcome=code.value,
+            created_at=now,
+            user_id=principal.user_id,
+            run_id=run_id,
+            request_id=request_id,
+            detail={"message": message},
+        )
+        owned_run = sa.exists().where(
+            runs.c.id == run_id, runs.c.tenant_id == principal.tenant_id, runs.c.user_id == principal.user_id
         )
         async with self._db.begin() as conn:
-            result = await conn.execute(stmt)
-        if result.rowcount == 0:
-            raise RunNotFound(run_id)
+            if not await append_audit_where(conn, row, owned_run):
+                raise RunNotFound(run_id)
 
     def approval_expiry(self, now: datetime) -> datetime:
         return now + self._approval_ttl
