@@ -6,8 +6,6 @@ the database the suite migrated once. PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 
 import asyncpg
 import pytest
@@ -37,14 +35,6 @@ SELECT 'trigger ' || t.tgrelid::regclass::text || ' ' || t.tgname || ' ' || md5(
 """
 
 
-async def _admin(server: PostgresServer, statement: str) -> None:
-    conn = await asyncpg.connect(server.admin_dsn)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 async def _database_code(dsn: str) -> set[str]:
     conn = await asyncpg.connect(dsn)
     try:
@@ -53,23 +43,15 @@ async def _database_code(dsn: str) -> set[str]:
         await conn.close()
 
 
-@pytest.fixture
-def empty_database(postgres: PostgresServer) -> Iterator[tuple[str, str]]:
-    """An empty database: its SQLAlchemy URL and its asyncpg DSN."""
-    name = f"gw_empty_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(postgres, f'CREATE DATABASE "{name}"'))
-    yield postgres.sqlalchemy_url(name), postgres.dsn_for(name)
-    asyncio.run(_admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 @pytest.fixture(scope="module")
 def head_code(postgres: PostgresServer, pg_template: str) -> set[str]:
     """The functions and triggers of the database migrated once to head."""
     return asyncio.run(_database_code(postgres.dsn_for(pg_template)))
 
 
-def _at_head(url: str, dsn: str, head_code: set[str]) -> None:
+def _at_head(url: str, head_code: set[str]) -> None:
     check_models_match(url)  # `alembic check`: raises when autogenerate would find a difference
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
     assert asyncio.run(_database_code(dsn)) == head_code
 
 
@@ -78,29 +60,29 @@ def test_the_revisions_are_found_in_order():
     assert REVISIONS == sorted(REVISIONS)
 
 
-def test_upgrade_head_from_an_empty_database(empty_database, head_code):
-    url, dsn = empty_database
+def test_upgrade_head_from_an_empty_database(empty_pg_url, head_code):
+    url = empty_pg_url
     command.upgrade(alembic_config(url), "head")
-    _at_head(url, dsn, head_code)
+    _at_head(url, head_code)
     assert "function gateway_admit_calls(p_batches jsonb, p_contents jsonb)" in {
         entry.rsplit(" ", 1)[0] for entry in head_code
     }
 
 
 @pytest.mark.parametrize("revision", REVISIONS[:-1])
-def test_upgrade_head_from_an_earlier_revision(empty_database, head_code, revision):
-    url, dsn = empty_database
+def test_upgrade_head_from_an_earlier_revision(empty_pg_url, head_code, revision):
+    url = empty_pg_url
     config = alembic_config(url)
     command.upgrade(config, revision)
     command.upgrade(config, "head")
-    _at_head(url, dsn, head_code)
+    _at_head(url, head_code)
 
 
 @pytest.mark.parametrize("revision", REVISIONS)
-def test_downgrade_one_step_then_upgrade_head(empty_database, head_code, revision):
-    url, dsn = empty_database
+def test_downgrade_one_step_then_upgrade_head(empty_pg_url, head_code, revision):
+    url = empty_pg_url
     config = alembic_config(url)
     command.upgrade(config, revision)
     command.downgrade(config, "-1")
     command.upgrade(config, "head")
-    _at_head(url, dsn, head_code)
+    _at_head(url, head_code)
