@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from gateway.audit.rows import AuditRow, append_audit
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
 from gateway.db import approvals as q
@@ -288,21 +289,23 @@ class ApprovalService:
         **fields: Any,
     ) -> None:
         """An audit row about the approval's frozen call, its arguments redacted as its tool says."""
-        await q.append_audit(
+        await append_audit(
             conn,
-            tenant_id=row.tenant_id,
-            kind=kind,
-            user_id=user_id,
-            run_id=row.run_id,
-            tool_call_id=row.tool_call_id,
-            tool=row.tool,
-            arguments=self._redacted(row),
-            arguments_sha256=row.arguments_sha256,
-            outcome=outcome,
-            approval_id=row.id,
-            request_id=request_id,
-            created_at=now,
-            **fields,
+            AuditRow(
+                tenant_id=row.tenant_id,
+                kind=kind,
+                outcome=outcome,
+                created_at=now,
+                user_id=user_id,
+                run_id=row.run_id,
+                tool_call_id=row.tool_call_id,
+                tool=row.tool,
+                arguments=self._redacted(row),
+                arguments_sha256=row.arguments_sha256,
+                approval_id=row.id,
+                request_id=request_id,
+                **fields,
+            ),
         )
 
     def view_arguments(self, row: Any, *, reveal: bool) -> dict[str, Any]:
