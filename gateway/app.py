@@ -12,6 +12,7 @@ import httpx
 import structlog
 import msgspec
 from litestar import Litestar
+from litestar.datastructures import State
 from litestar.middleware.base import DefineMiddleware
 from litestar.routes import HTTPRoute
 from litestar.openapi import OpenAPIConfig
@@ -24,11 +25,12 @@ from gateway.api.audit import AuditController
 from gateway.agent.service import AgentService
 from gateway.api.chat import ChatController
 from gateway.api.context import InFlight, RequestContextMiddleware
-from gateway.api.decoding import GatewayRequest, check_request
-from gateway.api.errors import EXCEPTION_HANDLERS
+from gateway.api.decoding import check_request, request_class
+from gateway.api.dependencies import service_providers
+from gateway.api.errors import exception_handlers
 from gateway.api.docs import DocsRenderPlugin
 from gateway.api.health import Readiness, healthz, healthz_head, readyz, readyz_head
-from gateway.api.metrics import DatabaseGauges, scrape_metrics
+from gateway.api.metrics import DatabaseGauges, MetricsExposition, scrape_metrics
 from gateway.api.openapi import ContractJsonRenderPlugin, StrictDocument
 from gateway.api.jwks import public_keys
 from gateway.api.runs import RunController
@@ -48,6 +50,7 @@ from gateway.execution.ledger import create_ledger
 from gateway.execution.policy import longest_timeout_s
 from gateway.execution.runs import RunService
 from gateway.llm.providers import ModelProviders
+from gateway.observability.metrics import Metrics
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.settings import Settings, SettingsError
@@ -56,6 +59,7 @@ from gateway.tools.config import load_http_tools
 from gateway.tools.http import ServiceCalls
 from gateway.tools.http_transport import service_transport
 from gateway.tools.registry import ToolRegistry
+from gateway.wiring import SLOT_KEY, Services, ServicesSlot
 
 log = structlog.get_logger("gateway.app")
 
@@ -71,7 +75,12 @@ def interrupted_after(settings: Settings, registry: ToolRegistry) -> timedelta:
 
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
     """Build the application. Resources are made in the lifespan; the only I/O here is reading
-    the tools file and the signing key, so that a bad one stops start-up with a clear message."""
+    the tools file and the signing key, so that a bad one stops start-up with a clear message.
+
+    What needs no resource (settings, metrics, the tool registry, the signer) is made here;
+    the lifespan makes the rest and installs the whole as one ``Services`` in this app's
+    slot, the only entry of ``app.state``. Handlers get their service from the providers
+    registered below, middleware from the slot it is constructed with."""
     signer = load_service_signer(settings)
     service_calls = ServiceCalls(signer)
     if registry is None:
@@ -88,6 +97,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     service_jwks = msgspec.convert(signer.jwks() if signer is not None else {"keys": []}, Jwks)
     in_flight = InFlight()
     strict_document = StrictDocument(max_batch_size=settings.requests.max_batch_size)
+    metrics = Metrics()
+    slot = ServicesSlot()
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -115,38 +126,53 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         ledger = create_ledger(
             db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=interrupted_after(settings, tools)
         )
-        state = app.state
-        state.settings = settings
-        state.db = db
-        state.readiness = Readiness(db)
-        state.database_gauges = DatabaseGauges(db)
-        state.http = http
-        state.service_calls = service_calls
-        state.service_jwks = service_jwks
-        state.registry = tools
-        state.token_verifier = TokenVerifier(settings, jwks)
-        state.tenant_directory = directory
-        state.executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger)
-        state.approvals = ApprovalService(settings=settings, db=db, registry=tools, directory=directory)
-        state.runs = RunService(settings=settings, db=db, directory=directory)
-        state.tenant_admin = TenantAdmin(db=db, registry=tools, directory=directory)
-        state.rate_limiter = create_rate_limiter(settings, db)
-        state.audit_exports = ExportSlots(
-            per_tenant=settings.audit.export_max_per_tenant, per_process=settings.audit.export_max_per_process
-        )
+        readiness = Readiness(db)
+        executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger, metrics=metrics)
+        runs = RunService(settings=settings, db=db, directory=directory)
+        rate_limiter = create_rate_limiter(settings, db)
         sealer = AuditSealer(
             db, batch_size=settings.audit.seal_batch_size, interval_s=settings.audit.seal_interval_s
         )
-        sealer.start()
-        state.agent = AgentService(
-            settings=settings,
-            db=db,
-            executor=state.executor,
-            registry=tools,
-            runs=state.runs,
-            providers=ModelProviders(settings, http),
-            directory=directory,
+        slot.install(
+            Services(
+                settings=settings,
+                metrics=metrics,
+                registry=tools,
+                service_jwks=service_jwks,
+                service_calls=service_calls,
+                db=db,
+                http=http,
+                readiness=readiness,
+                metrics_exposition=MetricsExposition(
+                    metrics,
+                    DatabaseGauges(db),
+                    token=settings.metrics.token,
+                    tenant_labels=settings.metrics.tenant_labels,
+                ),
+                token_verifier=TokenVerifier(settings, jwks),
+                tenant_directory=directory,
+                executor=executor,
+                approvals=ApprovalService(
+                    settings=settings, db=db, registry=tools, directory=directory, metrics=metrics
+                ),
+                runs=runs,
+                tenant_admin=TenantAdmin(db=db, registry=tools, directory=directory),
+                rate_limiter=rate_limiter,
+                audit_exports=ExportSlots(
+                    per_tenant=settings.audit.export_max_per_tenant, per_process=settings.audit.export_max_per_process
+                ),
+                agent=AgentService(
+                    settings=settings,
+                    db=db,
+                    executor=executor,
+                    registry=tools,
+                    runs=runs,
+                    providers=ModelProviders(settings, http, metrics),
+                    directory=directory,
+                ),
+            )
         )
+        sealer.start()
         # Everything made so far lives as long as the process: keep it out of the cyclic
         # garbage collector's full passes, which otherwise stall requests under load.
         gc.collect()
@@ -158,13 +184,16 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             # (bounded) for any still inside the app before the group-commit lanes stop.
             log.info("gateway_stopping", in_flight=in_flight.count)
             drained = await in_flight.drained(settings.server.shutdown_timeout_s)
-            if state.rate_limiter is not None:
-                await state.rate_limiter.close()
-            await ledger.close()
-            await sealer.stop()
-            service_calls.detach()
-            await http.aclose()
-            await db.dispose()
+            try:
+                if rate_limiter is not None:
+                    await rate_limiter.close()
+                await ledger.close()
+                await sealer.stop()
+                service_calls.detach()
+                await http.aclose()
+                await db.dispose()
+            finally:
+                slot.remove()
             log.info("gateway_stopped", drained=drained)
 
     app = Litestar(
@@ -188,12 +217,16 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         middleware=[
             # OPTIONS too: CORS is off, so there is no preflight to let through, and an
             # unauthenticated OPTIONS must not reach a guard that needs a caller.
-            DefineMiddleware(JWTAuthenticationMiddleware, exclude=PUBLIC_PATHS, exclude_http_methods=()),
-            *([RateLimitMiddleware] if settings.rate_limits.enabled else []),
+            DefineMiddleware(
+                JWTAuthenticationMiddleware, services=slot, exclude=PUBLIC_PATHS, exclude_http_methods=()
+            ),
+            *([DefineMiddleware(RateLimitMiddleware, services=slot)] if settings.rate_limits.enabled else []),
         ],
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        dependencies=service_providers(slot),
+        state=State({SLOT_KEY: slot}),
+        exception_handlers=exception_handlers(metrics),  # type: ignore[arg-type]
         # Every body and query is decoded under one rule (gateway.api.decoding).
-        request_class=GatewayRequest,
+        request_class=request_class(max_json_depth=settings.requests.max_json_depth),
         before_request=check_request,
         lifespan=[lifespan],
         request_max_body_size=settings.requests.max_body_bytes,
@@ -216,7 +249,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     answer_options_with_every_method(app)
     # Outside Litestar's exception handling, so every response (404s of unknown routes
     # included) carries the request id and every log line of the request is bound to it.
-    app.asgi_handler = RequestContextMiddleware(app.asgi_handler, in_flight)
+    app.asgi_handler = RequestContextMiddleware(app.asgi_handler, metrics=metrics, in_flight=in_flight)
     return app
 
 

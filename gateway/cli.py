@@ -208,12 +208,17 @@ def with_database(settings: Settings, *, migrate: bool = True) -> Iterator[Setti
     if settings.database.url is not None:
         yield settings
         return
-    with embedded_postgres(settings.database.embedded_data_dir) as server:
+    with embedded_postgres(settings.database.embedded_data_dir, announce=_say) as server:
         if migrate:
             from gateway.db.migrate import upgrade_to_head
 
             upgrade_to_head(server.url())
         yield msgspec.structs.replace(settings, database=msgspec.structs.replace(settings.database, url=server.url()))
+
+
+def _say(line: str) -> None:
+    """A notice on stderr, beside the command's own output."""
+    print(f"gateway: {line}", file=sys.stderr)
 
 
 def demo_secret(path: Path) -> str:

@@ -1,7 +1,7 @@
 """Every error code the gateway answers with, and the exception types that carry them.
 
 This module is the single source of truth: the HTTP error envelope, the ``role=tool``
-error results and the README table are all derived from ``ERRORS``.
+error results and the table in docs/errors.md are all derived from ``ERRORS``.
 
 Codes are sorted by who must act:
 - the model can fix its call (``INVALID_ARGUMENTS``, ``TOOL_NOT_FOUND``),
@@ -251,7 +251,7 @@ TOOL_RESULT_CODES = frozenset(
 
 
 def markdown_table() -> str:
-    """The README's error-code table, generated from ``ERRORS``."""
+    """The error-code table of docs/errors.md, generated from ``ERRORS``."""
     lines = ["| code | HTTP status | retryable | meaning |", "|---|---|---|---|"]
     for spec in ERRORS.values():
         if spec.code in TOOL_RESULT_CODES:

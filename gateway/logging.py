@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import traceback
 from contextvars import ContextVar, Token
@@ -84,6 +85,11 @@ def name_failure(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+_DRIVER_PARAMETER = re.compile(r"(invalid input for query argument \$\d+: ).*")
+"""asyncpg quotes the value of a parameter it cannot encode in its message, which
+``hide_parameters`` does not reach: the rest of that line is dropped from logged stacks."""
+
+
 def render_exception(logger: Any, method_name: str, event: dict[str, Any]) -> dict[str, Any]:
     """The exception as a readable stack under ``exception`` (never the bare exc_info tuple),
     whatever its text holds: a ``str()`` that raises or text UTF-8 cannot encode."""
@@ -91,7 +97,10 @@ def render_exception(logger: Any, method_name: str, event: dict[str, Any]) -> di
         event.pop("exc_info", None)
         return event
     try:
-        return structlog.processors.format_exc_info(logger, method_name, event)
+        event = structlog.processors.format_exc_info(logger, method_name, event)
+        if isinstance(event.get("exception"), str):
+            event["exception"] = _DRIVER_PARAMETER.sub(r"\1[value hidden]", event["exception"])
+        return event
     except Exception:  # noqa: BLE001 - the stack of an exception whose text cannot be made
         exc_info = event.pop("exc_info", None)
         error = exc_info[1] if isinstance(exc_info, tuple) else exc_info

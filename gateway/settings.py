@@ -6,8 +6,8 @@ name, upper-cased (``database.pool_size`` is ``GATEWAY_DATABASE_POOL_SIZE``), un
 group names it otherwise in ``env_names``. A value is checked by its type declaration
 (bounds, choices, patterns); the rules that tie several fields together are in
 ``Settings._check_rules_across_fields`` and ``Settings.require_signing_setup``. An invalid value stops
-start-up with a one-line message naming its variable. The README's configuration table is
-generated from ``FIELD_DOCS``, keyed by the variables' names without the prefix.
+start-up with a one-line message naming its variable. The configuration table in
+docs/configuration.md is generated from ``FIELD_DOCS``, keyed by the variables' names without the prefix.
 """
 
 from __future__ import annotations
@@ -588,7 +588,7 @@ FIELD_DOCS: dict[str, str] = {
     "`429 RATE_LIMITED` with `Retry-After`.",
     "audit_export_max_per_process": "Audit exports one process streams at once, all tenants together; one more is "
     "`429 RATE_LIMITED` with `Retry-After`.",
-    "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](#http-tools)); checked at start.",
+    "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](http-tools.md)); checked at start.",
     "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
     "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",
     "service_signing_key": "PEM private key (EC P-256 → ES256, or RSA → RS256) the gateway signs service tokens "
@@ -620,7 +620,7 @@ ENV_FIELDS = _env_fields()
 
 
 def markdown_table() -> str:
-    """The README's configuration table, generated from the fields and ``FIELD_DOCS``."""
+    """The settings table of docs/configuration.md, generated from the fields and ``FIELD_DOCS``."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for name, (group, field) in ENV_FIELDS.items():
         default = _field(group, field).default

@@ -143,7 +143,11 @@ def unstorable_json_text(document: bytes) -> str | None:
 
 # --- bounded nesting -----------------------------------------------------------------------
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A string runs to its closing quote, or to the end of the document when it has none. Every
+# match attempt succeeds and nothing backtracks (possessive quantifiers): one pass, linear.
+# Requiring the closing quote made each quote of an unterminated string (`"\"\"\"...`) a
+# new attempt that scanned to the end and failed: quadratic, seconds for 20 KB.
+_JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\\?\Z)', re.DOTALL)
 # Openers become 1 and closers -1 (0xff as a signed byte); every other byte is dropped.
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")

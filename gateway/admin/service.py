@@ -19,12 +19,13 @@ import sqlalchemy as sa
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.audit.rows import AuditRow, append_audit
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
 from gateway.db import policies as pq
 from gateway.db import roles as rq
 from gateway.db.engine import Database
-from gateway.db.models import AuditEvent, Tenant
+from gateway.db.models import Tenant
 from gateway.db.policies import DEFAULT_POLICY, ApprovalMode, ToolPolicy
 from gateway.errors import ErrorCode, GatewayError
 from gateway.tools.base import Tool
@@ -37,7 +38,6 @@ TOOLS_MANAGE = "tools:manage"
 TENANTS_MANAGE = "tenants:manage"
 CAP_FIELDS = ("max_tool_calls_per_run", "max_repeats_per_call", "max_run_ttl_s")
 
-audit_events = AuditEvent.__table__
 tenants = Tenant.__table__
 
 
@@ -54,17 +54,18 @@ async def append_admin_audit(
     tool: str | None = None,
 ) -> None:
     """An administrative change, audited like a tool call: who, what, before and after."""
-    await conn.execute(
-        sa.insert(audit_events).values(
+    await append_audit(
+        conn,
+        AuditRow(
             tenant_id=tenant_id,
             kind="admin_change",
+            outcome="OK",
+            created_at=datetime.now(UTC),
             user_id=user_id,
             tool=tool,
-            outcome="OK",
             request_id=request_id,
             detail={"action": action, "target": target, "before": before, "after": after},
-            created_at=datetime.now(UTC),
-        )
+        ),
     )
 
 

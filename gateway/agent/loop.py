@@ -38,7 +38,7 @@ from gateway.agent.history import (
     trim,
 )
 from gateway.auth.principal import Principal
-from gateway.text import storable, storable_text
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than, storable, storable_text
 from gateway.errors import ErrorCode
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import (
@@ -207,15 +207,18 @@ class AgentLoop:
 
         Each call is checked by the rules of a tool-call batch (``call_problem``), one at a
         time: one that breaks them, or shares its id with another call of the answer, is
-        answered with the route's code and never run. A call gets a fresh id when it has
+        answered with the route's code and never run; so is each call past the batch limit
+        (``INVALID_TOOL_CALL``), which stays in the message so that every call is answered. A call gets a fresh id when it has
         none, one that cannot be stored, or one used before in the run. Text PostgreSQL
         cannot store is replaced in what history keeps; the calls run with what was sent.
         """
         model_calls = result.message.tool_calls
         if len(model_calls) > self._max_batch_size:
-            log.warning("model_tool_calls_dropped", run=run.run_id, sent=len(model_calls),
-                        kept=self._max_batch_size)
-            model_calls = model_calls[: self._max_batch_size]
+            # Every call of an assistant message must be answered by a tool message, or the
+            # next round is malformed: the calls past the limit stay in history, answered
+            # with INVALID_TOOL_CALL, audited, and never run.
+            log.warning("model_tool_calls_over_limit", run=run.run_id, sent=len(model_calls),
+                        limit=self._max_batch_size)
         used = {c["id"] for m in run.history if m.get("role") == "assistant" for c in m.get("tool_calls") or ()}
         repeated = {i for i, n in Counter(c.id for c in model_calls if c.id is not None).items() if n > 1}
         calls: list[dict[str, Any]] = []
@@ -230,6 +233,11 @@ class AgentLoop:
                            function=FunctionCallIn(name=call.name, arguments=call.arguments)),
                 where,
             )
+            if index >= self._max_batch_size:
+                problem = ProtocolError(
+                    ErrorCode.INVALID_TOOL_CALL,
+                    f"{where} is past the {self._max_batch_size} tool calls one answer may hold; it was not run.",
+                )
             if problem is None and call.id in repeated:
                 problem = ProtocolError(ErrorCode.DUPLICATE_TOOL_CALL_ID,
                                         f"{where}.id repeats the id of another call of this answer.")
@@ -304,10 +312,14 @@ class AgentLoop:
         """The call's arguments as a trace may show them: sensitive fields redacted."""
         raw = call["function"]["arguments"]
         tool = self._registry.get(call["function"]["name"])
-        try:
-            decoded = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            decoded = None
+        decoded = None
+        # The model's text: nested too deep it is shown as sent (decoding it would recurse
+        # until RecursionError); the executor refuses such arguments with INVALID_ARGUMENTS.
+        if not nests_deeper_than(raw.encode("utf-8", "surrogatepass"), MAX_JSON_DEPTH_CEILING):
+            try:
+                decoded = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                decoded = None
         if isinstance(decoded, dict):
             return tool.redact(decoded) if tool is not None else decoded
         return REDACTED if tool is not None and tool.sensitive_fields else raw

@@ -315,10 +315,9 @@ class AgentService:
             log.exception("agent_run_end_state_not_stored", run=run.run_id, state=state, error_id=new_error_id())
         try:
             async with self._db.begin() as conn:
+                # Only the state: the counters may be what made the first write fail.
                 await q.update_loop(conn, tenant_id=run.principal.tenant_id, run_id=run.run_id, loop_state="failed",
-                                    stop_reason=ErrorCode.INTERNAL_ERROR.value, steps=run.steps,
-                                    prompt_tokens=run.usage.prompt_tokens,
-                                    completion_tokens=run.usage.completion_tokens, updated_at=datetime.now(UTC))
+                                    stop_reason=ErrorCode.INTERNAL_ERROR.value, updated_at=datetime.now(UTC))
         except Exception:
             log.exception("agent_run_failed_state_not_stored", run=run.run_id, error_id=new_error_id())
         return failure

@@ -10,8 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from litestar import Controller, Request, delete, get, patch, post, put
-from litestar.datastructures import State
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from gateway.admin.service import (
@@ -132,10 +131,6 @@ class TenantView(msgspec.Struct):
     agent_loop: TenantAgentLoop
 
 
-def provide_admin(state: State) -> TenantAdmin:
-    return state.tenant_admin
-
-
 def role_view(role: RoleRecord) -> RoleView:
     return RoleView(name=role.name, description=role.description, permissions=list(role.permissions))
 
@@ -161,75 +156,70 @@ def tenant_view(state: TenantState) -> TenantView:
     )
 
 
-_deps = {"admin": Provide(provide_admin, sync_to_thread=False)}
-
-
 class RoleAdminController(Controller):
     path = "/v1/admin/roles"
     tags = ["admin"]
     guards = [requires_permission(ROLES_MANAGE)]
-    dependencies = _deps
 
     @get("/", summary="List the tenant's roles", responses=error_responses(401, 403, 503))
-    async def list_roles(self, request: Request, admin: NamedDependency[TenantAdmin]) -> RoleList:
+    async def list_roles(self, request: Request, tenant_admin: NamedDependency[TenantAdmin]) -> RoleList:
         """Every role with the permissions it grants, sorted by name."""
-        return RoleList(items=[role_view(r) for r in await admin.list_roles(principal_of(request))])
+        return RoleList(items=[role_view(r) for r in await tenant_admin.list_roles(principal_of(request))])
 
     @post("/", status_code=201, summary="Create a role", responses=error_responses(400, 401, 403, 409, 503))
     async def create_role(
-        self, request: Request, admin: NamedDependency[TenantAdmin], data: JSONBody[RoleCreate]
+        self, request: Request, tenant_admin: NamedDependency[TenantAdmin], data: JSONBody[RoleCreate]
     ) -> RoleView:
         """A new role and the permissions it grants; `409 CONFLICT` when the name is taken."""
-        role = await admin.create_role(
+        role = await tenant_admin.create_role(
             principal_of(request), name=data.name, description=data.description, permissions=data.permissions,
             request_id=request_id_of(request.scope),
         )
         return role_view(role)
 
     @get("/{name:str}", summary="Read a role", responses=error_responses(400, 401, 403, 404, 503))
-    async def get_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: Name) -> RoleView:
+    async def get_role(self, request: Request, tenant_admin: NamedDependency[TenantAdmin], name: Name) -> RoleView:
         """A role of the caller's tenant (another tenant's is not found)."""
-        return role_view(await admin.get_role(principal_of(request), name))
+        return role_view(await tenant_admin.get_role(principal_of(request), name))
 
     @put("/{name:str}", summary="Change a role", responses=error_responses(400, 401, 403, 404, 409, 503))
     async def replace_role(
-        self, request: Request, admin: NamedDependency[TenantAdmin], name: Name, data: JSONBody[RoleUpdate]
+        self, request: Request, tenant_admin: NamedDependency[TenantAdmin], name: Name, data: JSONBody[RoleUpdate]
     ) -> RoleView:
         """Replaces its permissions (and description, when given). A change that would take
         `roles:manage` away from the caller's own roles is `409 CONFLICT`."""
-        role = await admin.replace_role(
+        role = await tenant_admin.replace_role(
             principal_of(request), name, description=data.description, permissions=data.permissions,
             request_id=request_id_of(request.scope),
         )
         return role_view(role)
 
     @delete("/{name:str}", status_code=204, summary="Delete a role", responses=error_responses(400, 401, 403, 404, 409, 503))
-    async def delete_role(self, request: Request, admin: NamedDependency[TenantAdmin], name: Name) -> None:
+    async def delete_role(self, request: Request, tenant_admin: NamedDependency[TenantAdmin], name: Name) -> None:
         """Tokens naming the role keep working but it grants nothing any more."""
-        await admin.delete_role(principal_of(request), name, request_id=request_id_of(request.scope))
+        await tenant_admin.delete_role(principal_of(request), name, request_id=request_id_of(request.scope))
 
 
 class ToolPolicyAdminController(Controller):
     path = "/v1/admin/tools"
     tags = ["admin"]
     guards = [requires_permission(TOOLS_MANAGE)]
-    dependencies = _deps
 
     @get("/", summary="List every tool with the tenant's policy", responses=error_responses(401, 403, 503))
-    async def list_policies(self, request: Request, admin: NamedDependency[TenantAdmin]) -> ToolPolicyList:
+    async def list_policies(self, request: Request, tenant_admin: NamedDependency[TenantAdmin]) -> ToolPolicyList:
         """Every tool the gateway has, disabled ones included, with the policy in force."""
-        return ToolPolicyList(items=[policy_view(s) for s in await admin.list_tool_policies(principal_of(request))])
+        return ToolPolicyList(items=[policy_view(s) for s in await tenant_admin.list_tool_policies(principal_of(request))])
 
     @get("/{tool:str}", summary="Read a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
     async def get_policy(
-        self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name
+        self, request: Request, tenant_admin: NamedDependency[TenantAdmin], tool: Name
     ) -> ToolPolicyView:
         """The tenant's policy for one tool (the default when none was set)."""
-        return policy_view(await admin.get_tool_policy(principal_of(request), tool))
+        return policy_view(await tenant_admin.get_tool_policy(principal_of(request), tool))
 
     @put("/{tool:str}", summary="Set a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
     async def put_policy(
-        self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name, data: JSONBody[ToolPolicyIn]
+        self, request: Request, tenant_admin: NamedDependency[TenantAdmin], tool: Name, data: JSONBody[ToolPolicyIn]
     ) -> ToolPolicyView:
         """Replaces the tool's policy; `GET /v1/tools` and execution follow it at once.
         `approval_mode: never` on a tool that changes data is the operator's to grant
@@ -242,18 +232,18 @@ class ToolPolicyAdminController(Controller):
             max_result_bytes=data.max_result_bytes,
             allowed_roles=frozenset(data.allowed_roles) if data.allowed_roles is not None else None,
         )
-        state = await admin.put_tool_policy(
+        state = await tenant_admin.put_tool_policy(
             principal_of(request), tool, policy, request_id=request_id_of(request.scope)
         )
         return policy_view(state)
 
     @delete("/{tool:str}", status_code=200, summary="Reset a tool's policy", responses=error_responses(400, 401, 403, 404, 503))
     async def reset_policy(
-        self, request: Request, admin: NamedDependency[TenantAdmin], tool: Name
+        self, request: Request, tenant_admin: NamedDependency[TenantAdmin], tool: Name
     ) -> ToolPolicyView:
         """Back to the default policy."""
         return policy_view(
-            await admin.reset_tool_policy(principal_of(request), tool, request_id=request_id_of(request.scope))
+            await tenant_admin.reset_tool_policy(principal_of(request), tool, request_id=request_id_of(request.scope))
         )
 
 
@@ -261,19 +251,18 @@ class TenantAdminController(Controller):
     path = "/v1/admin/tenant"
     tags = ["admin"]
     guards = [requires_permission(TENANTS_MANAGE)]
-    dependencies = _deps
 
     @get("/", summary="Read the tenant and its caps", responses=error_responses(401, 403, 503))
-    async def get_tenant(self, request: Request, admin: NamedDependency[TenantAdmin]) -> TenantView:
+    async def get_tenant(self, request: Request, tenant_admin: NamedDependency[TenantAdmin]) -> TenantView:
         """The caller's tenant: name, state and the caps on its runs' limits."""
-        return tenant_view(await admin.get_tenant(principal_of(request)))
+        return tenant_view(await tenant_admin.get_tenant(principal_of(request)))
 
     @patch("/", summary="Change the tenant's caps", responses=error_responses(400, 401, 403, 503))
     async def update_caps(
-        self, request: Request, admin: NamedDependency[TenantAdmin], data: JSONBody[TenantCapsIn]
+        self, request: Request, tenant_admin: NamedDependency[TenantAdmin], data: JSONBody[TenantCapsIn]
     ) -> TenantView:
         """Caps apply to runs created from now on (new runs' limits are clamped by them)."""
         caps = {name: getattr(data, name) for name in TenantCapsIn.__struct_fields__ if getattr(data, name) is not None}
         return tenant_view(
-            await admin.update_caps(principal_of(request), caps, request_id=request_id_of(request.scope))
+            await tenant_admin.update_caps(principal_of(request), caps, request_id=request_id_of(request.scope))
         )

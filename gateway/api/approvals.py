@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, get, post
 from litestar.datastructures import CacheControlHeader
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.params import FromQuery, JSONBody, QueryParameter
 
 from gateway.api.context import request_id_of
-from gateway.api.dependencies import principal_of, provide_approvals
+from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
 from gateway.api.params import RESOURCE_ID_PATTERN, ResourceId, decode_cursor, encode_cursor
 from gateway.api.schemas import ApprovalOutcome, ApprovalPage, ApprovalView, ErrorInfo, RejectBody
@@ -80,26 +80,24 @@ def approvals_after(cursor: str) -> tuple[datetime, str]:
 class ApprovalController(Controller):
     path = "/v1/approvals"
     tags = ["approvals"]
-    dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
 
     @get("/{approval_id:str}", summary="Read an approval you requested", responses=error_responses(400, 401, 404, 503))
-    async def get_approval(self, request: Request, service: NamedDependency[ApprovalService], approval_id: ResourceId) -> ApprovalView:
+    async def get_approval(self, request: Request, approvals: NamedDependency[ApprovalService], approval_id: ResourceId) -> ApprovalView:
         """The requester (or an approver) reads the approval's status and, once executed, its outcome."""
-        row = await service.get_for_requester(principal_of(request), approval_id)
-        return approval_view(row, service, datetime.now(UTC))
+        row = await approvals.get_for_requester(principal_of(request), approval_id)
+        return approval_view(row, approvals, datetime.now(UTC))
 
 
 class AdminApprovalController(Controller):
     path = "/v1/admin/approvals"
     tags = ["admin"]
     guards = [requires_permission("approvals:decide")]
-    dependencies = {"service": Provide(provide_approvals, sync_to_thread=False)}
 
     @get("/", summary="List the tenant's approvals", responses=error_responses(400, 401, 403, 503))
     async def list_approvals(
         self,
         request: Request,
-        service: NamedDependency[ApprovalService],
+        approvals: NamedDependency[ApprovalService],
         status: Annotated[
             str | None,
             QueryParameter(
@@ -114,11 +112,11 @@ class AdminApprovalController(Controller):
         if status is not None and status not in APPROVAL_STATUSES:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"status must be one of {', '.join(APPROVAL_STATUSES)}.")
         after = approvals_after(cursor) if cursor else None
-        rows = await service.list(principal_of(request), status=status, limit=limit + 1, after=after)
+        rows = await approvals.list(principal_of(request), status=status, limit=limit + 1, after=after)
         now = datetime.now(UTC)
         page = rows[:limit]
         return ApprovalPage(
-            items=[approval_view(row, service, now) for row in page],
+            items=[approval_view(row, approvals, now) for row in page],
             next_cursor=approvals_cursor(page[-1]) if len(rows) > limit else None,
         )
 
@@ -131,7 +129,7 @@ class AdminApprovalController(Controller):
     async def get_approval(
         self,
         request: Request,
-        service: NamedDependency[ApprovalService],
+        approvals: NamedDependency[ApprovalService],
         approval_id: ResourceId,
         reveal: Annotated[
             bool, QueryParameter(description="Show the sensitive arguments too; who revealed them is audited.")
@@ -140,10 +138,10 @@ class AdminApprovalController(Controller):
         """The frozen call exactly as approving would execute it. Its tool's sensitive fields are
         `[REDACTED]` (named in `redacted_fields`) unless `reveal=true`, which is recorded in the
         audit (`approval_reveal`: who, which approval, which fields) before the answer is sent."""
-        row = await service.get_for_approver(
+        row = await approvals.get_for_approver(
             principal_of(request), approval_id, reveal=reveal, request_id=request_id_of(request.scope)
         )
-        return approval_view(row, service, datetime.now(UTC), reveal=reveal)
+        return approval_view(row, approvals, datetime.now(UTC), reveal=reveal)
 
     @post(
         "/{approval_id:str}/approve",
@@ -152,11 +150,11 @@ class AdminApprovalController(Controller):
         responses=error_responses(400, 401, 403, 404, 409, 503),
     )
     async def approve(
-        self, request: Request, service: NamedDependency[ApprovalService], approval_id: ResourceId
+        self, request: Request, approvals: NamedDependency[ApprovalService], approval_id: ResourceId
     ) -> ApprovalView:
         """Executes the frozen call exactly once, as its requester; answers the approval with its outcome."""
-        row = await service.approve(principal_of(request), approval_id, request_id=request_id_of(request.scope))
-        return approval_view(row, service, datetime.now(UTC))
+        row = await approvals.approve(principal_of(request), approval_id, request_id=request_id_of(request.scope))
+        return approval_view(row, approvals, datetime.now(UTC))
 
     @post(
         "/{approval_id:str}/reject",
@@ -165,8 +163,8 @@ class AdminApprovalController(Controller):
         responses=error_responses(400, 401, 403, 404, 409, 413, 503),
     )
     async def reject(
-        self, request: Request, service: NamedDependency[ApprovalService], approval_id: ResourceId, data: JSONBody[RejectBody]
+        self, request: Request, approvals: NamedDependency[ApprovalService], approval_id: ResourceId, data: JSONBody[RejectBody]
     ) -> ApprovalView:
         """The call's outcome becomes `APPROVAL_REJECTED`, with the reason."""
-        row = await service.reject(principal_of(request), approval_id, data.reason, request_id=request_id_of(request.scope))
-        return approval_view(row, service, datetime.now(UTC))
+        row = await approvals.reject(principal_of(request), approval_id, data.reason, request_id=request_id_of(request.scope))
+        return approval_view(row, approvals, datetime.now(UTC))

@@ -11,8 +11,7 @@ from typing import Annotated, Any
 import msgspec
 import structlog
 from litestar import Controller, Request, get
-from litestar.datastructures import State
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
@@ -63,14 +62,6 @@ class AuditItem(msgspec.Struct):
 class AuditPage(msgspec.Struct):
     items: list[AuditItem]
     next_cursor: str | None = None
-
-
-def provide_db(state: State) -> Database:
-    return state.db
-
-
-def provide_export_slots(state: State) -> ExportSlots:
-    return state.audit_exports
 
 
 async def _guarded(chunks: AsyncIterator[bytes], slot: ExportSlot, fmt: str) -> AsyncIterator[bytes]:
@@ -130,10 +121,6 @@ class AuditController(Controller):
     path = "/v1/admin/audit"
     tags = ["audit"]
     guards = [requires_permission(AUDIT_READ)]
-    dependencies = {
-        "db": Provide(provide_db, sync_to_thread=False),
-        "export_slots": Provide(provide_export_slots, sync_to_thread=False),
-    }
 
     @get("/", summary="List the tenant's audit rows", responses=error_responses(400, 401, 403, 503))
     async def list_audit(
@@ -177,7 +164,7 @@ class AuditController(Controller):
         self,
         request: Request,
         db: NamedDependency[Database],
-        export_slots: NamedDependency[ExportSlots],
+        audit_exports: NamedDependency[ExportSlots],
         format: Annotated[str, QueryParameter(description="jsonl or csv", schema_extra={"enum": list(FORMATS)})] = "jsonl",
         user: Text = None,
         tool: Text = None,
@@ -193,9 +180,9 @@ class AuditController(Controller):
             raise GatewayError(ErrorCode.INVALID_REQUEST, "format must be jsonl or csv.")
         principal = principal_of(request)
         filters = _filters(user, tool, outcome, run, approval, since, until)
-        slot = export_slots.take(principal.tenant_id)
+        slot = audit_exports.take(principal.tenant_id)
         if slot is None:
-            log.info("audit_export_refused", exports_in_progress=export_slots.in_use)
+            log.info("audit_export_refused", exports_in_progress=audit_exports.in_use)
             raise GatewayError(
                 ErrorCode.RATE_LIMITED,
                 f"Too many audit exports in progress; retry after {EXPORT_RETRY_AFTER_S} s.",

@@ -19,8 +19,7 @@ import anyio
 import msgspec
 import structlog
 from litestar import Controller, Request, Response, get, post
-from litestar.datastructures import State
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from litestar.response import Stream
 
@@ -57,14 +56,9 @@ log = structlog.get_logger("gateway.http")
 _encoder = msgspec.json.Encoder()
 
 
-def provide_agent(state: State) -> AgentService:
-    return state.agent
-
-
 class ChatController(Controller):
     path = "/v1"
     tags = ["agent loop"]
-    dependencies = {"agent": Provide(provide_agent, sync_to_thread=False)}
 
     @post(
         "/chat/completions",

@@ -13,7 +13,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import new_error_id
 from gateway.logging import end_request_context, log_failure, start_request_context
-from gateway.observability import metrics
+from gateway.observability.metrics import Metrics
 from gateway.observability.timing import SERVER_TIMING_HEADER, STATE_KEY, VALIDATION, StageTimer
 
 _ACCEPTED_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -45,10 +45,12 @@ _INTERNAL_ERROR_BODY = (
 
 class RequestContextMiddleware:
     """Accepts a well-formed ``X-Request-ID`` or makes one, binds it for logging, times the
-    request's stages and answers them in ``Server-Timing``."""
+    request's stages, answers them in ``Server-Timing`` and adds those of tool-call requests
+    to the app's ``metrics``."""
 
-    def __init__(self, app: ASGIApp, in_flight: InFlight | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, in_flight: InFlight | None = None) -> None:
         self.app = app
+        self.metrics = metrics
         self.in_flight = in_flight if in_flight is not None else InFlight()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -69,6 +71,7 @@ class RequestContextMiddleware:
         state["request_id"] = request_id
         state[STATE_KEY] = timer
         header_value = request_id.encode()
+        metrics = self.metrics
         started = False
 
         async def send_with_context(message: Message) -> None:

@@ -15,7 +15,7 @@ call ``check_request`` first).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 from litestar import Request
@@ -33,13 +33,14 @@ from gateway.text import (
     unstorable_text_problem,
 )
 
-_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+Decoders = dict[Any, msgspec.json.Decoder[Any]]
+"""Strict decoders by target type, made on first use: one app's, kept by its request class."""
 
 
-def _decoder_for(target: Any) -> msgspec.json.Decoder[Any]:
-    decoder = _decoders.get(target)
+def _decoder_for(target: Any, decoders: Decoders) -> msgspec.json.Decoder[Any]:
+    decoder = decoders.get(target)
     if decoder is None:
-        decoder = _decoders[target] = msgspec.json.Decoder(target, strict=True)
+        decoder = decoders[target] = msgspec.json.Decoder(target, strict=True)
     return decoder
 
 
@@ -47,13 +48,13 @@ def invalid_body(problem: str) -> GatewayError:
     return GatewayError(ErrorCode.INVALID_REQUEST, f"Invalid request body: {problem}.")
 
 
-def decode_body(body: bytes, target: Any, *, max_depth: int) -> Any:
+def decode_body(body: bytes, target: Any, *, max_depth: int, decoders: Decoders) -> Any:
     """``body`` decoded into ``target`` under the rule above, or ``GatewayError`` (400)."""
     problem = json_document_problem(body, max_depth=max_depth)
     if problem is not None:
         raise invalid_body(problem)
     try:
-        value = _decoder_for(target).decode(body)
+        value = _decoder_for(target, decoders).decode(body)
     except msgspec.ValidationError as exc:
         raise invalid_body(describe_validation_error(exc, target, body)) from None
     except msgspec.DecodeError as exc:
@@ -71,7 +72,11 @@ def body_type(request: Request[Any, Any, Any]) -> Any:
 
 
 class GatewayRequest(Request[Any, Any, Any]):
-    """Litestar's request, decoding JSON bodies under the gateway's rule (``decode_body``)."""
+    """Litestar's request, decoding JSON bodies under the gateway's rule (``decode_body``).
+    An app uses its own subclass, made by ``request_class``."""
+
+    max_json_depth: ClassVar[int] = DEFAULT_MAX_JSON_DEPTH
+    decoders: ClassVar[Decoders]
 
     async def json(self) -> Any:
         if self._json is Empty:
@@ -80,12 +85,16 @@ class GatewayRequest(Request[Any, Any, Any]):
                 self._json = cached
             else:
                 body = await self.body()
-                settings = getattr(self.app.state, "settings", None)  # set in the lifespan
-                max_depth = settings.requests.max_json_depth if settings is not None else DEFAULT_MAX_JSON_DEPTH
                 self._json = self._connection_state.json = decode_body(
-                    body or b"null", body_type(self), max_depth=max_depth
+                    body or b"null", body_type(self), max_depth=self.max_json_depth, decoders=self.decoders
                 )
         return self._json
+
+
+def request_class(*, max_json_depth: int) -> type[GatewayRequest]:
+    """The request class of one app: ``GatewayRequest`` under that app's nesting bound, with
+    that app's decoders."""
+    return type("GatewayRequest", (GatewayRequest,), {"max_json_depth": max_json_depth, "decoders": {}})
 
 
 async def check_request(request: Request[Any, Any, Any]) -> None:

@@ -7,6 +7,7 @@ logged with its stack under the ``error_id`` the client receives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -18,7 +19,7 @@ from gateway.api.context import request_id_of
 from gateway.api.schemas import ErrorBody, ErrorEnvelope
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.logging import log_failure
-from gateway.observability import metrics
+from gateway.observability.metrics import Metrics
 from gateway.text import quoted
 
 log = structlog.get_logger("gateway.http")
@@ -47,7 +48,6 @@ def error_response(
     headers: dict[str, str] | None = None,
     error_id: str | None = None,
 ) -> Response[ErrorEnvelope]:
-    metrics.http_error(code.value)
     body = ErrorBody(
         code=code.value,
         message=message or ERRORS[code].message,
@@ -150,10 +150,28 @@ _ASYNCPG_UNAVAILABLE = frozenset(
     }
 )
 
-EXCEPTION_HANDLERS = {
+ErrorHandler = Callable[[Request[Any, Any, Any], Any], Response[ErrorEnvelope]]
+
+_HANDLERS: dict[type[Exception], ErrorHandler] = {
     GatewayError: handle_gateway_error,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }
 
+
+def exception_handlers(metrics: Metrics) -> dict[type[Exception], ErrorHandler]:
+    """One app's exception handlers: each answers the envelope and counts its code in that app's metrics."""
+
+    def counted(handler: ErrorHandler) -> ErrorHandler:
+        def answer(request: Request[Any, Any, Any], exc: Any) -> Response[ErrorEnvelope]:
+            response = handler(request, exc)
+            try:
+                metrics.http_error(response.content.error.code)
+            except Exception:  # noqa: BLE001 - counting must not turn an answer into a failure
+                log.warning("http_error_not_counted", exc_info=True)
+            return response
+
+        return answer
+
+    return {exc_type: counted(handler) for exc_type, handler in _HANDLERS.items()}

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from litestar import get, head
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import Health
@@ -61,21 +61,21 @@ async def healthz_head() -> None:
     """The process is up and serving."""
 
 
-async def _require_ready(state: State) -> None:
-    if not await state.readiness.ready():
+async def _require_ready(readiness: Readiness) -> None:
+    if not await readiness.ready():
         raise GatewayError(
             ErrorCode.SERVICE_UNAVAILABLE, "The database is not reachable.", headers={"Retry-After": "1"}
         )
 
 
 @get("/readyz", tags=["health"], summary="Readiness", responses=error_responses(503))
-async def readyz(state: State) -> Health:
+async def readyz(readiness: NamedDependency[Readiness]) -> Health:
     """The database answered within the last second; otherwise 503."""
-    await _require_ready(state)
+    await _require_ready(readiness)
     return Health(status="ready")
 
 
 @head("/readyz", tags=["health"], summary="Readiness, without a body", responses=error_responses(503))
-async def readyz_head(state: State) -> None:
+async def readyz_head(readiness: NamedDependency[Readiness]) -> None:
     """The database answered within the last second; otherwise 503."""
-    await _require_ready(state)
+    await _require_ready(readiness)

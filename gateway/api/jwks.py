@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from litestar import MediaType, Response, get
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from gateway.api.schemas import Jwks
 
@@ -11,10 +11,10 @@ JWKS_PATH = "/.well-known/jwks.json"
 
 
 @get(JWKS_PATH, tags=["identity"], summary="The gateway's public signing keys", security=[])
-async def public_keys(state: State) -> Response[Jwks]:
+async def public_keys(service_jwks: NamedDependency[Jwks]) -> Response[Jwks]:
     """The keys that verify the tokens the gateway sends to business services (no authentication)."""
     return Response(
-        content=state.service_jwks,
+        content=service_jwks,
         media_type=MediaType.JSON,
         headers={"Cache-Control": "public, max-age=300"},
     )

@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from litestar import Request, Response, get
-from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from gateway.db.engine import Database
 from gateway.db.models import Approval
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observability import metrics
+from gateway.observability.metrics import Metrics
 
 SCRAPE_DATABASE_TIMEOUT_S = 2.0
 DATABASE_GAUGES_CACHE_S = 1.0
@@ -77,15 +77,29 @@ def scrape_allowed(request: Request, token: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
 
 
+class MetricsExposition:
+    """What ``/metrics`` answers for one app: its metrics and the database gauges, behind the
+    scrape token when one is set."""
+
+    def __init__(
+        self, metrics: Metrics, gauges: DatabaseGauges, *, token: str | None, tenant_labels: bool
+    ) -> None:
+        self.metrics = metrics
+        self.gauges = gauges
+        self._token = token
+        self._tenant_labels = tenant_labels
+
+    async def render(self, request: Request) -> bytes:
+        if not scrape_allowed(request, self._token):
+            raise GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+        # A scraper that showed the token reads the database now; anyone else gets an answer at most a second old.
+        pending = await self.gauges.pending(fresh=self._token is not None)
+        return self.metrics.render(
+            database_up=pending is not None, pending_approvals=pending, tenant_labels=self._tenant_labels
+        )
+
+
 @get("/metrics", include_in_schema=False)
-async def scrape_metrics(request: Request, state: State) -> Response[bytes]:
+async def scrape_metrics(request: Request, metrics_exposition: NamedDependency[MetricsExposition]) -> Response[bytes]:
     """Counters and histograms of this process (or of every worker), and gauges read from the database."""
-    settings = state.settings
-    if not scrape_allowed(request, settings.metrics.token):
-        raise GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
-    # A scraper that showed the token reads the database now; anyone else gets an answer at most a second old.
-    pending = await state.database_gauges.pending(fresh=settings.metrics.token is not None)
-    body = metrics.render(
-        database_up=pending is not None, pending_approvals=pending, tenant_labels=settings.metrics.tenant_labels
-    )
-    return Response(content=body, media_type=MEDIA_TYPE)
+    return Response(content=await metrics_exposition.render(request), media_type=MEDIA_TYPE)

@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import JSONBody
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 
 from gateway.api.context import request_id_of
-from gateway.api.dependencies import principal_of, provide_runs
+from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses, raw_json_body
 from gateway.api.params import ResourceId
 from gateway.api.schemas import (
@@ -66,7 +66,6 @@ def run_view(row: Any, now: datetime, messages: list[dict[str, Any]] | None = No
 class RunController(Controller):
     path = "/v1/runs"
     tags = ["runs"]
-    dependencies = {"runs": Provide(provide_runs, sync_to_thread=False)}
 
     @post("/", status_code=201, summary="Create a run", responses=error_responses(400, 401, 403, 413, 503))
     async def create_run(
@@ -106,9 +105,10 @@ class RunController(Controller):
         ),
         responses=error_responses(400, 401, 404, 413, 422, 503),
     )
-    async def execute_tool_calls(self, request: Request, run_id: ResourceId) -> ToolCallsResponse:
+    async def execute_tool_calls(
+        self, request: Request, executor: NamedDependency[ToolExecutor], run_id: ResourceId
+    ) -> ToolCallsResponse:
         """Run each call through the guards and answer one `role=tool` message per call, in the order given."""
-        executor: ToolExecutor = request.app.state.executor
         body = await request.body()
         messages = await executor.execute_body(
             principal_of(request), run_id, body, request_id=request_id_of(request.scope),

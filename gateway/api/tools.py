@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from litestar import Controller, MediaType, Request, Response, get
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 
-from gateway.api.dependencies import principal_of, provide_registry
+from gateway.api.dependencies import principal_of
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ToolList
 from gateway.tools.registry import ToolRegistry
@@ -14,7 +14,6 @@ from gateway.tools.registry import ToolRegistry
 class ToolController(Controller):
     path = "/v1/tools"
     tags = ["tools"]
-    dependencies = {"registry": Provide(provide_registry, sync_to_thread=False)}
 
     @get("/", summary="List the caller's tools", responses=error_responses(401, 503))
     async def list_tools(self, request: Request, registry: NamedDependency[ToolRegistry]) -> Response[ToolList]:

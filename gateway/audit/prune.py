@@ -6,7 +6,8 @@ cut-off is ever removed, and no hole is made in the chain). The chain hash of th
 removed row becomes the tenant's anchor in ``audit_chains``: ``audit verify`` starts from
 it. Rows not sealed yet are never pruned (they are sealed and pruned in a later run).
 The prune itself is audited in the tenant's chain, and it takes the sealers' lock so that
-no batch is sealed meanwhile.
+no batch is sealed meanwhile. The database deletes only rows behind the anchor (a trigger,
+migration 0008): the anchor moves first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.chain import audit_events
+from gateway.audit.rows import AuditRow, append_audit
 from gateway.audit.sealer import audit_chains, take_turn
 from gateway.db.engine import Database
 
@@ -57,25 +59,30 @@ async def prune_tenant(conn: AsyncConnection, *, tenant_id: str, cutoff: datetim
     )
     if anchor_hash is None:
         raise RuntimeError(f"the chain of {tenant_id!r} has no row at position {cut}; run `gateway audit verify`")
-    removed = await conn.execute(sa.delete(audit_events).where(sealed, audit_events.c.chain_seq <= cut))
+    behind_anchor = sa.and_(sealed, audit_events.c.chain_seq <= cut)
+    # The anchor moves first: the database deletes only rows already behind their tenant's
+    # anchor (migration 0008), so no row leaves the chain without the anchor vouching for it.
     await conn.execute(
         sa.update(audit_chains)
         .where(audit_chains.c.tenant_id == tenant_id)
         .values(
             anchor_seq=cut,
             anchor_hash=anchor_hash,
-            pruned_rows=audit_chains.c.pruned_rows + removed.rowcount,
+            pruned_rows=audit_chains.c.pruned_rows
+            + sa.select(sa.func.count()).where(behind_anchor).scalar_subquery(),
             updated_at=now,
         )
     )
-    await conn.execute(
-        sa.insert(audit_events).values(
+    removed = await conn.execute(sa.delete(audit_events).where(behind_anchor))
+    await append_audit(
+        conn,
+        AuditRow(
             tenant_id=tenant_id,
             kind="audit_prune",
             outcome="OK",
-            detail={"removed_rows": removed.rowcount, "through_chain_seq": cut, "older_than": cutoff.isoformat()},
             created_at=now,
-        )
+            detail={"removed_rows": removed.rowcount, "through_chain_seq": cut, "older_than": cutoff.isoformat()},
+        ),
     )
     return PruneResult(tenant_id, removed.rowcount, cut)
 

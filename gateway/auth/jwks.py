@@ -73,7 +73,9 @@ class JwksCache:
             log.warning("jwks_refresh_failed", error_type=type(exc).__name__)
             self._fetched_at = time.monotonic() - self._cache_s + self._min_refresh_interval_s
             return
-        self._keys = {key.key_id: key for key in keyset.keys if key.key_id}
+        # A kid that is not a string (a list, an object) names no token's key, and could not
+        # even be a dict key: skip that key, keep the others.
+        self._keys = {key.key_id: key for key in keyset.keys if isinstance(key.key_id, str) and key.key_id}
         self._fetched_at = time.monotonic()
         log.info("jwks_refreshed", keys=len(self._keys))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import structlog
 from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
@@ -11,6 +13,11 @@ from gateway.auth.tokens import InvalidToken, TokenVerifier
 from gateway.errors import ErrorCode, GatewayError
 from gateway.logging import bind_request
 from gateway.observability.timing import AUTH, timer_of
+
+if TYPE_CHECKING:  # the services import the API, which imports PUBLIC_PATHS from here
+    from litestar.types import ASGIApp
+
+    from gateway.wiring import ServicesSlot
 
 log = structlog.get_logger("gateway.auth")
 
@@ -31,6 +38,13 @@ def _authorization_header(headers: list[tuple[bytes, bytes]]) -> str:
 
 
 class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
+    """Verifies the bearer token and finds its tenant with the app's services (``services``);
+    Litestar's own options (``exclude``, ``exclude_http_methods``) pass through."""
+
+    def __init__(self, app: ASGIApp, *, services: ServicesSlot, **options: Any) -> None:
+        super().__init__(app, **options)
+        self._services = services
+
     async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:
         timer = timer_of(connection.scope)
         timer.begin()
@@ -47,9 +61,9 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         if scheme.lower() != "bearer" or not token.strip():
             log.info("authentication_failed", reason="missing_bearer")
             raise unauthenticated()
-        state = connection.app.state
-        verifier: TokenVerifier = state.token_verifier
-        directory: TenantDirectory = state.tenant_directory
+        services = self._services.services
+        verifier: TokenVerifier = services.token_verifier
+        directory: TenantDirectory = services.tenant_directory
         token = token.strip()
         claims = verifier.cached(token)
         if claims is None:

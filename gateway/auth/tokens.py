@@ -5,7 +5,8 @@ the JWKS, chosen by ``kid``. The algorithm must be on the allow-list *and* match
 family, so ``none`` and algorithm confusion (an HS256 token "signed" with an RSA public
 key) are refused. ``exp`` is required and, with ``iat`` (or the current time without it),
 may span at most ``GATEWAY_JWT_MAX_LIFETIME_S``: a token that never really expires is
-refused, as is one whose times are not finite numbers. Every failure raises
+refused, as is one whose times (``exp``, ``iat``, ``nbf``) are not finite numbers, and one
+whose identity holds text PostgreSQL cannot store. Every failure raises
 ``InvalidToken``; the reason is for logs only.
 """
 
@@ -19,13 +20,34 @@ import msgspec
 
 from gateway.auth.jwks import JwksCache, JwksKeyNotFound
 from gateway.settings import Settings
+from gateway.text import is_storable
 
 _KEY_FAMILY = {"HS": "oct", "RS": "RSA", "PS": "RSA", "ES": "EC"}
 
 
 def _bad_text(value: str, max_length: int) -> bool:
-    """Empty, too long, or holding NUL (which no database text column can store)."""
-    return not value or len(value) > max_length or "\x00" in value
+    """Empty, too long, or holding what no database text column can store (NUL, a lone
+    surrogate: JSON's ``\\ud800`` decodes to one, and UTF-8 cannot encode it)."""
+    return not value or len(value) > max_length or not is_storable(value)
+
+
+def _time_claim(payload: dict[str, object], name: str) -> float | None:
+    """An optional NumericDate claim as a float: absent is ``None``; anything but a finite
+    number (a string, a bool, null, an int past a float's range) is refused. PyJWT checked
+    the value against the clock already; one far in the past means "long ago"."""
+    if name not in payload:
+        return None
+    value = payload[name]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidToken("claim_type")
+    if isinstance(value, int) and not -_FAR < value < _FAR:
+        raise InvalidToken("claim_value")
+    if not math.isfinite(value):
+        raise InvalidToken("claim_value")
+    return float(value)
+
+
+_FAR = 10**15  # seconds: about 30 million years either side of 1970
 
 
 class InvalidToken(Exception):
@@ -134,16 +156,17 @@ class TokenVerifier:
             claims = msgspec.convert(payload, Claims, strict=True)
         except msgspec.ValidationError:
             raise InvalidToken("claim_type") from None
-        self._check_lifetime(claims.exp, payload.get("iat"), now)
+        issued_at = _time_claim(payload, "iat")
+        not_before = _time_claim(payload, "nbf")
+        self._check_lifetime(claims.exp, issued_at, now)
         if _bad_text(claims.sub, 128) or _bad_text(claims.tenant_id, 64):
             raise InvalidToken("claim_value")
         if any(_bad_text(role, 64) for role in claims.roles):
             raise InvalidToken("claim_value")
-        not_before = payload.get("nbf")
-        return claims, float(not_before) if isinstance(not_before, int | float) else None
+        return claims, not_before
 
-    def _check_lifetime(self, exp: float, issued_at: object, now: float) -> None:
-        start = issued_at if isinstance(issued_at, int | float) and not isinstance(issued_at, bool) else now
+    def _check_lifetime(self, exp: float, issued_at: float | None, now: float) -> None:
+        start = issued_at if issued_at is not None else now
         if any(isinstance(value, float) and not math.isfinite(value) for value in (exp, start)):
             raise InvalidToken("claim_value")
         # Compared, never subtracted: an int exp of 10**400 is exact here and overflows a float.

@@ -16,12 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.db.models import Approval, AuditEvent, Run, ToolCall
+from gateway.db.models import Approval, Run, ToolCall
 
 approvals = Approval.__table__
 runs = Run.__table__
 tool_calls = ToolCall.__table__
-audit_events = AuditEvent.__table__
 
 FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
 
@@ -171,6 +170,3 @@ async def store_call_outcome(
         .values(status="done", outcome=outcome, content=content, finished_at=now)
     )
 
-
-async def append_audit(conn: AsyncConnection, **row: Any) -> None:
-    await conn.execute(sa.insert(audit_events).values(**row))

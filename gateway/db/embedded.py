@@ -10,7 +10,12 @@ only the folder's owner (and root) can reach it.
 
 PostgreSQL refuses to run as root. As root the server runs as the data folder's owner
 when that is not root, else as the ``postgres`` system user, else as ``nobody``; only the
-server's own processes change user (``subprocess`` drops privileges in the child).
+server's own processes change user (``subprocess`` drops privileges in the child). That
+user must be able to enter every folder above the data, which a project under ``/root``
+(mode 0700) does not allow. Then the data goes to a folder root keeps for the purpose,
+``/var/lib/gateway/embedded/<hash of the configured path>/postgres``, and the configured
+path becomes a symbolic link to it: no permission above the configured folder changes, a
+restart follows the link to the same data, and ``ls -l`` shows where the data lives.
 
 Every gateway process that uses the server holds a shared lock on ``<data>.users.lock``
 for as long as it does; starting and stopping take turns on ``<data>.lock``. Whoever lets
@@ -31,7 +36,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
@@ -41,6 +46,10 @@ SUPERUSER = "postgres"
 SOCKET_PORT = 5432
 """Names the socket file (``.s.PGSQL.5432``); no TCP port is opened."""
 _SOCKET_PATH_MAX = 100  # sun_path holds 104 bytes on macOS, 108 on Linux
+ROOT_MANAGED_DIR = Path("/var/lib/gateway/embedded")
+"""As root: where the data goes when the server's user cannot reach the configured folder."""
+ROOT_MANAGED_DIR_ENV = "GATEWAY_TEST_EMBEDDED_ROOT_DIR"
+"""Replaces ``ROOT_MANAGED_DIR`` for the test suite, which must not write to /var/lib."""
 _TIMEOUT_S = 60
 
 
@@ -147,25 +156,22 @@ class EmbeddedPostgres:
 
     def check_reachable(self) -> None:
         """As root: the server's user must be able to enter every folder above the data."""
-        if self._user is None:
-            return
-        groups = set(os.getgrouplist(self._user.pw_name, self._user.pw_gid))
-        for folder in reversed(self.data_dir.parents):
-            if not folder.exists():
-                break  # created by this process, as the umask says
-            info = folder.stat()
-            if info.st_uid == self._user.pw_uid:
-                allowed = info.st_mode & stat.S_IXUSR
-            elif info.st_gid in groups:
-                allowed = info.st_mode & stat.S_IXGRP
-            else:
-                allowed = info.st_mode & stat.S_IXOTH
-            if not allowed:
-                raise EmbeddedPostgresError(
-                    f"the embedded PostgreSQL runs as user {self._user.pw_name} (PostgreSQL refuses root), "
-                    f"who cannot enter {folder}: set GATEWAY_EMBEDDED_DATA_DIR to a folder it can reach, "
-                    "or GATEWAY_DATABASE_URL"
-                )
+        blocked = self.blocked_folder()
+        if blocked is not None:
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL runs as user {self.user_name} (PostgreSQL refuses root), "
+                f"who cannot enter {blocked}: set GATEWAY_EMBEDDED_DATA_DIR to a folder it can reach, "
+                "or GATEWAY_DATABASE_URL"
+            )
+
+    def blocked_folder(self) -> Path | None:
+        """As root: the first existing folder above the data that the server's user cannot enter."""
+        return None if self._user is None else _blocked_folder(self.data_dir, self._user)
+
+    @property
+    def user_name(self) -> str | None:
+        """Who the server runs as, when not this process's user."""
+        return None if self._user is None else self._user.pw_name
 
     def _check_private(self, folder: Path) -> None:
         """A socket folder in the shared temporary folder, which another user could have made
@@ -206,6 +212,23 @@ class EmbeddedPostgres:
         return result.returncode
 
 
+def _blocked_folder(path: Path, user: pwd.struct_passwd) -> Path | None:
+    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
+    for folder in reversed(path.parents):
+        if not folder.exists():
+            return None  # created by this process
+        info = folder.stat()
+        if info.st_uid == user.pw_uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid in groups:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return folder
+    return None
+
+
 def _server_user(data_dir: Path) -> pwd.struct_passwd | None:
     """Who runs the server: this process, or as root someone PostgreSQL accepts."""
     if os.geteuid() != 0:
@@ -228,10 +251,22 @@ def _quote_option(value: str) -> str:
 
 
 @contextlib.contextmanager
-def embedded_postgres(data_dir: Path | str) -> Iterator[EmbeddedPostgres]:
+def embedded_postgres(
+    data_dir: Path | str, *, announce: Callable[[str], None] | None = None
+) -> Iterator[EmbeddedPostgres]:
     """The server on ``data_dir``, started if it is not running; stopped on the way out by
-    the last process using it."""
+    the last process using it. ``announce`` hears, once, that the data went elsewhere."""
     server = EmbeddedPostgres(data_dir)
+    blocked = server.blocked_folder()
+    if blocked is not None and not os.path.lexists(server.data_dir):
+        configured = server.data_dir
+        target = _link_to_root_managed(server, blocked)
+        server = EmbeddedPostgres(configured)  # through the link
+        if announce is not None:
+            announce(
+                f"the embedded PostgreSQL runs as user {server.user_name} (PostgreSQL refuses root), who cannot "
+                f"enter {blocked}: its data lives in {target}, linked from {configured}"
+            )
     name = server.data_dir.name
     server.check_reachable()  # before creating folders it could not use
     with contextlib.ExitStack() as files:
@@ -258,6 +293,44 @@ def embedded_postgres(data_dir: Path | str) -> Iterator[EmbeddedPostgres]:
                     if server.is_running():
                         server.stop()
                 fcntl.flock(users, fcntl.LOCK_UN)
+
+
+def _link_to_root_managed(server: EmbeddedPostgres, blocked: Path) -> Path:
+    """As root, for a data folder the server's user cannot reach (a project under /root): a
+    data folder in a root-managed place it can reach, named by the configured path's hash,
+    and a symbolic link to it at the configured path. Returns the new folder.
+
+    A link rather than a file naming the place: nothing to parse, ``ls -l`` shows it, the
+    locks and every path-based tool follow it, and a moved project keeps its data."""
+    configured = server.data_dir
+    base = Path(os.environ.get(ROOT_MANAGED_DIR_ENV) or ROOT_MANAGED_DIR).absolute()
+    home = base / hashlib.sha256(os.fsencode(configured)).hexdigest()[:16]
+    target = home / "postgres"
+    closed = None if server._user is None else _blocked_folder(target, server._user)
+    if closed is not None:  # before creating anything
+        raise EmbeddedPostgresError(
+            f"the embedded PostgreSQL runs as user {server.user_name} (PostgreSQL refuses root), who can enter "
+            f"neither {blocked} nor {closed}: set GATEWAY_EMBEDDED_DATA_DIR to a folder it can reach, "
+            "or GATEWAY_DATABASE_URL"
+        )
+    try:
+        for folder in reversed([home, *home.parents]):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue  # an existing folder keeps its permissions
+            folder.chmod(0o755)  # made here: the server's user enters it, whatever the umask
+        configured.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            configured.symlink_to(target, target_is_directory=True)
+        except FileExistsError:  # another gateway process linked it first
+            if not (configured.is_symlink() and Path(os.readlink(configured)) == target):
+                raise
+    except OSError as exc:
+        raise EmbeddedPostgresError(
+            f"the embedded PostgreSQL cannot keep its data in {target} for {configured}: {exc.strerror or exc}"
+        ) from None
+    return target
 
 
 @contextlib.contextmanager

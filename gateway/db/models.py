@@ -199,7 +199,9 @@ class Article(Base):
 
 
 class AuditEvent(Base):
-    """Append-only: nothing in the API updates or deletes a row."""
+    """Append-only, enforced by triggers (``gateway/db/sql/audit_append_only.sql``): only the
+    sealer fills in the chain columns of an unsealed row, only the prune deletes rows behind
+    the tenant's anchor. Written through ``gateway.audit.rows``."""
 
     __tablename__ = "audit_events"
     __table_args__ = (

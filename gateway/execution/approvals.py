@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from gateway.audit.rows import AuditRow, append_audit
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.principal import Principal
 from gateway.db import approvals as q
@@ -35,7 +36,7 @@ from gateway.execution.results import error_content
 from gateway.errors import new_error_id
 from gateway.execution.runner import CallOutcome
 from gateway.execution.transactional import TransactionalCalls, failure
-from gateway.observability import metrics
+from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, sha256_hex
 from gateway.tools.registry import ToolRegistry
@@ -62,9 +63,16 @@ def effective_status(row: Any, now: datetime) -> str:
 
 class ApprovalService:
     def __init__(
-        self, *, settings: Settings, db: Database, registry: ToolRegistry, directory: TenantDirectory
+        self,
+        *,
+        settings: Settings,
+        db: Database,
+        registry: ToolRegistry,
+        directory: TenantDirectory,
+        metrics: Metrics,
     ) -> None:
         self._settings = settings
+        self._metrics = metrics
         self._db = db
         self._registry = registry
         self._directory = directory
@@ -128,7 +136,7 @@ class ApprovalService:
         if refusal is not None:
             log.info("approval_refused", approval_id=approval_id, outcome=refusal.value)
             raise GatewayError(refusal)
-        metrics.approval_decided("approved")
+        self._metrics.approval_decided("approved")
         log.info("approval_approved", approval_id=approval_id, requester=row.requester_id)
         await self._execute(row, approver, request_id=request_id)
         return await self.get(approver, approval_id)
@@ -161,7 +169,7 @@ class ApprovalService:
                                        now=now, reason=reason)
         if refusal is not None:
             raise GatewayError(refusal)
-        metrics.approval_decided("rejected")
+        self._metrics.approval_decided("rejected")
         log.info("approval_rejected", approval_id=approval_id)
         return await self.get(approver, approval_id)
 
@@ -176,7 +184,7 @@ class ApprovalService:
                 conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
                 outcome=expired, content=_EXPIRY_CONTENTS[expired], now=now,
             )
-            metrics.approval_decided("expired")
+            self._metrics.approval_decided("expired")
             return ErrorCode(expired)
         current = await q.get_approval(conn, tenant_id=row.tenant_id, approval_id=row.id)
         if current is not None and current.status == "expired":
@@ -281,21 +289,23 @@ class ApprovalService:
         **fields: Any,
     ) -> None:
         """An audit row about the approval's frozen call, its arguments redacted as its tool says."""
-        await q.append_audit(
+        await append_audit(
             conn,
-            tenant_id=row.tenant_id,
-            kind=kind,
-            user_id=user_id,
-            run_id=row.run_id,
-            tool_call_id=row.tool_call_id,
-            tool=row.tool,
-            arguments=self._redacted(row),
-            arguments_sha256=row.arguments_sha256,
-            outcome=outcome,
-            approval_id=row.id,
-            request_id=request_id,
-            created_at=now,
-            **fields,
+            AuditRow(
+                tenant_id=row.tenant_id,
+                kind=kind,
+                outcome=outcome,
+                created_at=now,
+                user_id=user_id,
+                run_id=row.run_id,
+                tool_call_id=row.tool_call_id,
+                tool=row.tool,
+                arguments=self._redacted(row),
+                arguments_sha256=row.arguments_sha256,
+                approval_id=row.id,
+                request_id=request_id,
+                **fields,
+            ),
         )
 
     def view_arguments(self, row: Any, *, reveal: bool) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from gateway.execution.protocol import ProtocolError, ToolCallRequest, parse_bat
 from gateway.execution.results import ErrorDetail, detail_content, error_content, error_detail, read_content
 from gateway.execution.runner import OK, CallOutcome, run_tool
 from gateway.execution.transactional import TransactionalCalls
-from gateway.observability import metrics
+from gateway.observability.metrics import Metrics
 from gateway.observability.timing import AUDIT, BUDGET, TOOL, UNTIMED, VALIDATION, StageTimer
 from gateway.settings import Settings
 from gateway.tools.base import Tool, ToolContext
@@ -59,8 +59,11 @@ class ToolMessage:
 
 
 class ToolExecutor:
-    def __init__(self, *, settings: Settings, db: Database, registry: ToolRegistry, ledger: Ledger) -> None:
+    def __init__(
+        self, *, settings: Settings, db: Database, registry: ToolRegistry, ledger: Ledger, metrics: Metrics
+    ) -> None:
         self._settings = settings
+        self._metrics = metrics
         self._db = db
         self._registry = registry
         self._ledger = ledger
@@ -149,7 +152,7 @@ class ToolExecutor:
             else:
                 message = message_of(plan.id, admission)
             messages.append(message)
-            metrics.call_answered(
+            self._metrics.call_answered(
                 plan.tool.name if plan.tool is not None else None,
                 admission.decision,
                 message.outcome,

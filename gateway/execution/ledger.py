@@ -8,7 +8,7 @@ Two steps per batch, each one database round trip:
    answer ``TOOL_CALL_ID_CONFLICT`` when it is not; store the outcome of calls the checks rejected; count every other call
    against ``max_tool_calls`` and the repeat limit; create the approval of a call that
    needs one; mark the rest executing. Every outcome decided here is audited in the same
-   transaction (the ``gateway_admit_calls`` function, migration 0006).
+   transaction (the ``gateway_admit_calls`` function, ``gateway/db/sql/admit_calls.sql``).
 2. ``record``, after the admitted calls ran: store their outcomes (for replays) and their
    audit rows together, in one statement.
 """
@@ -18,12 +18,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 import sqlalchemy as sa
 
+from gateway.audit.rows import AuditRow, append_audit_where, audit_json
 from gateway.auth.principal import Principal
 from gateway.db.batching import StatementBatcher
 from gateway.db.engine import Database
@@ -89,25 +90,23 @@ class Ledger(ABC):
         now: datetime,
     ) -> None:
         """Audit a batch refused for breaking the protocol; nothing else is stored."""
-        audit = AuditEvent.__table__
         runs = Run.__table__
-        owned_run = sa.select(
-            sa.literal(principal.tenant_id),
-            sa.literal("protocol_rejection"),
-            sa.literal(principal.user_id),
-            runs.c.id,
-            sa.literal(code.value),
-            sa.literal(request_id, sa.String),
-            sa.literal({"message": message}, AuditEvent.detail.type),
-            sa.literal(now, AuditEvent.created_at.type),
-        ).where(runs.c.id == run_id, runs.c.tenant_id == principal.tenant_id, runs.c.user_id == principal.user_id)
-        stmt = audit.insert().from_select(
-            ["tenant_id", "kind", "user_id", "run_id", "outcome", "request_id", "detail", "created_at"], owned_run
+        row = AuditRow(
+            tenant_id=principal.tenant_id,
+            kind="protocol_rejection",
+            outcome=code.value,
+            created_at=now,
+            user_id=principal.user_id,
+            run_id=run_id,
+            request_id=request_id,
+            detail={"message": message},
+        )
+        owned_run = sa.exists().where(
+            runs.c.id == run_id, runs.c.tenant_id == principal.tenant_id, runs.c.user_id == principal.user_id
         )
         async with self._db.begin() as conn:
-            result = await conn.execute(stmt)
-        if result.rowcount == 0:
-            raise RunNotFound(run_id)
+            if not await append_audit_where(conn, row, owned_run):
+                raise RunNotFound(run_id)
 
     def approval_expiry(self, now: datetime) -> datetime:
         return now + self._approval_ttl
@@ -122,6 +121,8 @@ class _AdmitItem:
     run_id: str
     plans: list[CallPlan]
     request_id: str | None
+    now: datetime
+    stale_before: datetime
     approval_expires_at: datetime
 
 
@@ -131,6 +132,7 @@ class _RecordItem:
     run_id: str
     finished: list[FinishedCall]
     request_id: str | None
+    now: datetime
 
 
 class PostgresLedger(Ledger):
@@ -139,9 +141,9 @@ class PostgresLedger(Ledger):
 
     ADMIT = (
         "SELECT o_batch, o_tool_call_id, o_decision, o_outcome, o_content, o_approval_id, o_approval_status "
-        "FROM gateway_admit_calls($1, $2::jsonb, $3::jsonb, $4)"
+        "FROM gateway_admit_calls($1::jsonb, $2::jsonb)"
     )
-    RECORD = "SELECT gateway_record_calls($1, $2::jsonb)"
+    RECORD = "SELECT gateway_record_calls($1::jsonb)"
     _contents = msgspec.json.encode(LEDGER_CONTENTS).decode()
     _encoder = msgspec.json.Encoder()
 
@@ -157,7 +159,9 @@ class PostgresLedger(Ledger):
     async def admit(
         self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
     ) -> list[Admission]:
-        item = _AdmitItem(principal, run_id, plans, request_id, self.approval_expiry(now))
+        item = _AdmitItem(
+            principal, run_id, plans, request_id, now, now - self._stale_after, self.approval_expiry(now)
+        )
         admissions = await self._admissions.submit(item)
         if admissions is None:
             raise RunNotFound(run_id)
@@ -166,7 +170,7 @@ class PostgresLedger(Ledger):
     async def record(
         self, principal: Principal, run_id: str, finished: list[FinishedCall], *, request_id: str | None, now: datetime
     ) -> None:
-        await self._records.submit(_RecordItem(principal, run_id, finished, request_id))
+        await self._records.submit(_RecordItem(principal, run_id, finished, request_id, now))
 
     async def close(self) -> None:
         await self._admissions.close()
@@ -177,20 +181,22 @@ class PostgresLedger(Ledger):
         order = sorted(range(len(items)), key=lambda i: items[i].run_id)
         batches = [
             {
-                "run_id": items[i].run_id,
-                "tenant_id": items[i].principal.tenant_id,
-                "user_id": items[i].principal.user_id,
+                # Every time rule of the batch is decided at the time its request was given.
+                "audit": audit_json(
+                    tenant_id=items[i].principal.tenant_id,
+                    user_id=items[i].principal.user_id,
+                    run_id=items[i].run_id,
+                    request_id=items[i].request_id,
+                    created_at=items[i].now,
+                ),
                 "roles": sorted(items[i].principal.roles),
-                "request_id": items[i].request_id,
+                "stale_before": items[i].stale_before.isoformat(),
                 "approval_expires_at": items[i].approval_expires_at.isoformat(),
                 "calls": [admission_payload(plan) for plan in items[i].plans],
             }
             for i in order
         ]
-        now = datetime.now(UTC)
-        rows = await conn.fetch(
-            self.ADMIT, now, self._encoder.encode(batches).decode(), self._contents, now - self._stale_after
-        )
+        rows = await conn.fetch(self.ADMIT, self._encoder.encode(batches).decode(), self._contents)
         grouped: list[list[Admission] | None] = [[] for _ in items]
         for row in rows:
             position = order[row[0]]
@@ -206,24 +212,28 @@ class PostgresLedger(Ledger):
         rows = self._encoder.encode(
             [
                 {
-                    "run_id": item.run_id,
-                    "tenant_id": item.principal.tenant_id,
-                    "user_id": item.principal.user_id,
-                    "request_id": item.request_id,
-                    "tool_call_id": f.plan.id,
-                    "tool": f.plan.request.name,
-                    "outcome": f.outcome,
                     "content": f.content,
-                    "duration_ms": f.duration_ms,
-                    "error_id": f.error_id,
-                    "audit_args": f.plan.audit_arguments,
-                    "args_sha256": f.plan.arguments_sha256,
+                    "audit": audit_json(
+                        tenant_id=item.principal.tenant_id,
+                        kind="tool_call",
+                        outcome=f.outcome,
+                        created_at=item.now,
+                        user_id=item.principal.user_id,
+                        run_id=item.run_id,
+                        tool_call_id=f.plan.id,
+                        tool=f.plan.request.name,
+                        arguments=f.plan.audit_arguments,
+                        arguments_sha256=f.plan.arguments_sha256,
+                        duration_ms=f.duration_ms,
+                        request_id=item.request_id,
+                        error_id=f.error_id,
+                    ),
                 }
                 for item in items
                 for f in item.finished
             ]
         ).decode()
-        await conn.execute(self.RECORD, datetime.now(UTC), rows)
+        await conn.execute(self.RECORD, rows)
         return [None] * len(items)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.audit.rows import AuditRow, append_audit
 from gateway.auth.principal import Principal
 from gateway.db import approvals as q
 from gateway.db.engine import Database
@@ -124,21 +125,23 @@ class TransactionalCalls:
             await q.store_call_outcome(
                 conn, run_id=run_id, tool_call_id=plan.id, outcome=outcome.outcome, content=outcome.content, now=now
             )
-            await q.append_audit(
+            await append_audit(
                 conn,
-                tenant_id=principal.tenant_id,
-                kind="tool_call",
-                user_id=principal.user_id,
-                run_id=run_id,
-                tool_call_id=plan.id,
-                tool=plan.request.name,
-                arguments=plan.audit_arguments_value(),
-                arguments_sha256=plan.arguments_sha256,
-                outcome=outcome.outcome,
-                duration_ms=outcome.duration_ms,
-                request_id=request_id,
-                error_id=outcome.error_id,
-                created_at=now,
+                AuditRow(
+                    tenant_id=principal.tenant_id,
+                    kind="tool_call",
+                    outcome=outcome.outcome,
+                    created_at=now,
+                    user_id=principal.user_id,
+                    run_id=run_id,
+                    tool_call_id=plan.id,
+                    tool=plan.request.name,
+                    arguments=plan.audit_arguments_value(),
+                    arguments_sha256=plan.arguments_sha256,
+                    duration_ms=outcome.duration_ms,
+                    request_id=request_id,
+                    error_id=outcome.error_id,
+                ),
             )
 
         return await self.run(

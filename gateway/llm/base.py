@@ -11,22 +11,29 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol, TypeVar
 
 import msgspec
 import structlog
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.observability import metrics
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 
 if TYPE_CHECKING:
     from gateway.llm.transport import UpstreamTransport
+    from gateway.observability.metrics import Metrics
     from gateway.settings import LlmProvider
 
 log = structlog.get_logger("gateway.llm")
 
 Message = dict[str, Any]
 Answer = TypeVar("Answer")
+
+MAX_TOKEN_COUNT = 2**31 - 1
+TokenCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKEN_COUNT)]
+"""A token count as a provider reports it in an answer's usage. One that is negative or
+absurdly large is a malformed answer (``UPSTREAM_BAD_RESPONSE``): counted, it would move a
+run's budget backwards, fail the metrics' counters, or overflow the run's stored usage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +147,13 @@ class HttpChatModel(ABC):
 
     path: ClassVar[str]
 
-    def __init__(self, provider: LlmProvider, transport: UpstreamTransport) -> None:
+    def __init__(self, provider: LlmProvider, transport: UpstreamTransport, metrics: Metrics) -> None:
         self.name = provider.name
         self.model = provider.model
         self.context_window = provider.context_window
         self._provider = provider
         self._transport = transport
+        self._metrics = metrics
         self._url = provider.base_url.rstrip("/") + self.path
 
     async def chat(
@@ -180,7 +188,7 @@ class HttpChatModel(ABC):
             return result
         finally:
             usage = result.usage if outcome == "ok" else None
-            metrics.model_call(
+            self._metrics.model_call(
                 model=self.model,
                 duration_s=time.perf_counter() - started,
                 prompt_tokens=usage.prompt_tokens if usage else None,
@@ -198,7 +206,12 @@ class HttpChatModel(ABC):
 
 
 def decode_answer(decoder: msgspec.json.Decoder[Answer], body: bytes, *, provider: str) -> Answer:
-    """The provider's answer in its wire type; one that does not fit is ``UPSTREAM_BAD_RESPONSE``."""
+    """The provider's answer in its wire type; one that does not fit is ``UPSTREAM_BAD_RESPONSE``,
+    as is one nested deeper than any argument could be (the decoder would recurse until it
+    raised ``RecursionError``)."""
+    if nests_deeper_than(body, MAX_JSON_DEPTH_CEILING):
+        log.warning("model_response_malformed", provider=provider, problem="nested too deep")
+        raise UpstreamError(ErrorCode.UPSTREAM_BAD_RESPONSE)
     try:
         return decoder.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

@@ -18,11 +18,13 @@ from gateway.llm.base import (
     HttpChatModel,
     Message,
     SamplingOptions,
+    TokenCount,
     Usage,
     decode_answer,
     model_tool_call,
     new_tool_call_id,
 )
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 
 
 class _Function(msgspec.Struct):
@@ -44,8 +46,8 @@ class _Answer(msgspec.Struct):
     message: _Message
     model: str | None = None
     done_reason: str | None = None
-    prompt_eval_count: int = 0
-    eval_count: int = 0
+    prompt_eval_count: TokenCount = 0
+    eval_count: TokenCount = 0
 
 
 _decoder = msgspec.json.Decoder(_Answer)
@@ -109,6 +111,9 @@ def _as_object(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
     if isinstance(arguments, str):
+        # A model's text: nested past the ceiling, decoding it would recurse until RecursionError.
+        if nests_deeper_than(arguments.encode("utf-8", "surrogatepass"), MAX_JSON_DEPTH_CEILING):
+            return {}
         try:
             decoded = msgspec.json.decode(arguments)
         except msgspec.DecodeError:

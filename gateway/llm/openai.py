@@ -18,6 +18,7 @@ from gateway.llm.base import (
     HttpChatModel,
     Message,
     SamplingOptions,
+    TokenCount,
     UpstreamError,
     Usage,
     decode_answer,
@@ -50,8 +51,8 @@ class _Choice(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: TokenCount = 0
+    completion_tokens: TokenCount = 0
 
 
 class _Completion(msgspec.Struct):

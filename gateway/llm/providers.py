@@ -9,13 +9,14 @@ from gateway.llm.base import ChatModel
 from gateway.llm.ollama import OllamaChatModel
 from gateway.llm.openai import OpenAIChatModel
 from gateway.llm.transport import UpstreamTransport
+from gateway.observability.metrics import Metrics
 from gateway.settings import DEFAULT_PROVIDER, LlmProvider, Settings
 
 
-def build_model(provider: LlmProvider, transport: UpstreamTransport) -> ChatModel:
+def build_model(provider: LlmProvider, transport: UpstreamTransport, metrics: Metrics) -> ChatModel:
     if provider.kind == "ollama":
-        return OllamaChatModel(provider, transport)
-    return OpenAIChatModel(provider, transport)
+        return OllamaChatModel(provider, transport, metrics)
+    return OpenAIChatModel(provider, transport, metrics)
 
 
 class ModelProviders:
@@ -24,7 +25,7 @@ class ModelProviders:
     The default is ``default`` when set, else the first of the list.
     """
 
-    def __init__(self, settings: Settings, http: httpx.AsyncClient) -> None:
+    def __init__(self, settings: Settings, http: httpx.AsyncClient, metrics: Metrics) -> None:
         transport = UpstreamTransport(
             http,
             retries=settings.llm.retries,
@@ -32,7 +33,7 @@ class ModelProviders:
             max_response_bytes=settings.llm.max_response_bytes,
         )
         self._models: dict[str, ChatModel] = {
-            provider.name: build_model(provider, transport) for provider in settings.llm.model_providers()
+            provider.name: build_model(provider, transport, metrics) for provider in settings.llm.model_providers()
         }
         self._default = next(iter(self._models), None)
 

@@ -61,9 +61,21 @@ class StageTimer:
         return f"{stages}, total;dur={self.total_s() * 1000:.3f}".encode()
 
 
-UNTIMED = StageTimer()
+class _Untimed(StageTimer):
+    """A timer whose boundaries change nothing, so that one can be shared by every caller."""
+
+    __slots__ = ()
+
+    def begin(self) -> None:
+        pass
+
+    def lap(self, stage: int) -> None:
+        pass
+
+
+UNTIMED: StageTimer = _Untimed()
 """A timer nobody reads: the default where a caller (a test, the agent loop) times nothing.
-Its laps add up harmlessly."""
+Shared by every app of the process, so it keeps no time: its laps change nothing."""
 
 SERVER_TIMING_HEADER = b"server-timing"
 STATE_KEY = "stage_timer"

@@ -1,7 +1,7 @@
 """The shared token buckets in the database: refill, then take up to what is asked.
 
-One ``take`` is one round trip whatever the number of buckets (the
-``gateway_take_tokens`` function of migration 0004). Each bucket holds at most ``burst`` tokens and
+One ``take`` is one round trip whatever the number of buckets (the ``gateway_take_tokens``
+function, ``gateway/db/sql/take_tokens.sql``). Each bucket holds at most ``burst`` tokens and
 gains ``rate`` per second; a tenant's override, when one exists, replaces both.
 """
 

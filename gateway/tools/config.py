@@ -1,7 +1,7 @@
 """The tools file (``GATEWAY_TOOLS_FILE``): HTTP tools declared in TOML or YAML.
 
 Read and checked once, at start: an error stops start-up with a message naming the file,
-the entry and what is wrong with it. The format (README, "HTTP tools")::
+the entry and what is wrong with it. The format (docs/http-tools.md)::
 
     [services.orders]                      # a business service
     base_url = "http://orders.internal:8080/api"   # or GATEWAY_SERVICE_BASE_URLS=orders=...

@@ -16,7 +16,7 @@ Each call:
 
 | service answers | the model gets |
 |---|---|
-| 2xx | ``{"ok": true, "result": ...}`` (JSON as sent, else text; truncated past the limit) |
+| 2xx | ``{"ok": true, "result": ...}`` (JSON as sent, else text — JSON nested past the ceiling too; truncated past the limit) |
 | 400, 422 | ``INVALID_ARGUMENTS`` |
 | 401, 403 | ``PERMISSION_DENIED`` |
 | 404, 410 | ``NOT_FOUND`` |
@@ -42,6 +42,7 @@ import structlog
 from gateway.auth.service_tokens import ServiceTokenSigner
 from gateway.errors import ERRORS, ErrorCode, ToolError, new_error_id
 from gateway.observability.timing import elapsed_ms
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContext, sha256_hex
 from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
 from gateway.tools.http_transport import IDENTITY, PARTITION, EncodedBody, read_capped
@@ -219,6 +220,10 @@ class HttpToolHandler:
             return PartialResult(kept=data, original_bytes=_content_length(headers))
         if not data.strip():
             return None
+        if nests_deeper_than(data, MAX_JSON_DEPTH_CEILING):
+            # Decoding it (even to check it is JSON) would recurse until RecursionError: the
+            # call would fail after the service acted. Passed on as the text it is.
+            return data.decode("utf-8", errors="replace")
         try:
             # Valid JSON is passed on as it was sent, without decoding and encoding it again.
             return msgspec.json.decode(data, type=msgspec.Raw)

@@ -307,6 +307,10 @@ class ServicePool:
         while idle:
             connection = idle.pop()
             self._idle_count -= 1
+            if not idle:
+                # Partitions are callers: an entry left for each one ever served would grow
+                # without bound.
+                del self._idle[key]
             if connection.reusable() and not connection.has_expired():
                 return connection
             await connection.aclose()

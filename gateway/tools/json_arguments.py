@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema_rs
 import msgspec
 
+from gateway.text import quoted
 from gateway.tools.base import ArgumentsInvalid, DecodedArguments, decode_arguments
 from gateway.tools.strict_schema import SchemaError, strict_schema
 
@@ -92,14 +93,23 @@ class JsonSchemaArguments:
                 raise SchemaError(f"the default of {name!r} does not match its own schema")
 
 
+MAX_NAMED_FIELDS = 5
+"""Most unknown fields one message names."""
+
+
 def describe_error(error: Any, sensitive: frozenset[str] = frozenset()) -> str:
     """A message naming the field and the rule, never the offending value."""
     path = list(error.instance_path)
     kind = error.kind
     name = type(kind).__name__
     if name == "AdditionalProperties":
-        unexpected = [str(field)[:64] for field in kind.unexpected]
-        fields = ", ".join(f"`{_path([*path, field])}`" for field in unexpected)
+        # The model wrote these names: escaped (control characters, line breaks), cut, and
+        # only the first few named.
+        unexpected = list(kind.unexpected)
+        prefix = _path(path) + ("." if path else "")
+        fields = ", ".join(f"`{prefix}{quoted(str(field))}`" for field in unexpected[:MAX_NAMED_FIELDS])
+        if len(unexpected) > MAX_NAMED_FIELDS:
+            fields += f" and {len(unexpected) - MAX_NAMED_FIELDS} more"
         return f"Unknown field{'s' if len(unexpected) > 1 else ''} {fields}: only the schema's fields are accepted."
     if name == "Required":
         return f"`{_path([*path, str(kind.property)])}` is required."

@@ -16,7 +16,8 @@ is accepted. Every *instance location* (the top, each ``properties`` value, ``it
 - in-place branches combine as their logic does: one closed ``allOf`` branch closes the node,
   ``anyOf``/``oneOf`` close it when every branch does (a branch only sees the types its
   parent allows), ``if`` closes it when both ``then`` and ``else`` do, and a ``$ref`` (``#``
-  or ``#/$defs/NAME`` only) closes it because its target is itself checked;
+  or ``#/$defs/NAME`` only) closes what its target closes in place (a chain of ``$ref`` targets
+  that comes back to where it started closes nothing: validators accept anything there);
 - ``not``, ``if`` and ``contains`` only narrow what their parent accepts: they are checked
   for keywords and names but never made strict (that would change their meaning).
 
@@ -112,6 +113,9 @@ class _Walk:
     def __init__(self, root: dict[str, Any]) -> None:
         self._root = root
         self._defs = {**(root.get("definitions") or {}), **(root.get("$defs") or {})}
+        self._ref_open: dict[str, frozenset[str]] = {}
+        self._resolving: dict[str, int] = {}
+        self._depth = 0
 
     def check(self) -> None:
         for keyword in ("$defs", "definitions"):
@@ -121,7 +125,11 @@ class _Walk:
 
     def _location(self, node: Any, where: str) -> None:
         """An instance location: it must close every container it can accept."""
-        open_kinds = self._node(node, where, _CONTAINERS, strict=True)
+        self._depth += 1
+        try:
+            open_kinds = self._node(node, where, _CONTAINERS, strict=True)
+        finally:
+            self._depth -= 1
         if "object" in open_kinds:
             raise SchemaError(
                 f"{_at(where)}: could accept an object with any fields; declare its \"type\" and name its fields "
@@ -186,8 +194,10 @@ class _Walk:
                 self._node(node[keyword], f"{where}/{keyword}", _CONTAINERS, strict=False)
 
         if "$ref" in node:
-            self._ref(node["$ref"], where)
-            open_kinds = frozenset()  # the target is an instance location of its own: closed
+            target = self._ref(node["$ref"], where)
+            # The target applies in place: it closes what it closes, no more (a chain of
+            # $refs that comes back to itself closes nothing; a validator accepts anything there).
+            open_kinds = open_kinds & self._target_open(target) if strict else frozenset()
         for child_index, child in enumerate(node.get("allOf") or ()):
             open_kinds &= self._node(child, f"{where}/allOf/{child_index}", possible, strict=strict)
         for keyword in ("anyOf", "oneOf"):
@@ -224,14 +234,42 @@ class _Walk:
                     "the verified token, never from arguments"
                 )
 
-    def _ref(self, ref: Any, where: str) -> None:
+    def _ref(self, ref: Any, where: str) -> str:
+        """The checked ``$ref``'s target: ``""`` for the root, else ``/$defs/NAME`` (or ``/definitions/NAME``)."""
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise SchemaError(f"{_at(where)}: only local $ref (\"#/...\") is allowed, not {ref!r}")
         if ref == "#":
-            return
+            return ""
         match = _DEF_REF.match(ref)
         if match is None or match.group(2) not in (self._root.get(match.group(1)) or {}):
             raise SchemaError(f"{_at(where)}: $ref must be \"#\" or name an entry of the top-level $defs, not {ref!r}")
+        return f"/{match.group(1)}/{match.group(2)}"
+
+    def _target_open(self, target: str) -> frozenset[str]:
+        """The containers a ``$ref`` target accepts without closing them, at the referring node.
+
+        A target met again while it is being resolved is a cycle: through a deeper instance
+        location (a property, an item) it is recursion, and the target's own check decides;
+        at the same location (``$ref`` to ``$ref``, or through ``allOf``/``anyOf``/...) it
+        constrains nothing there, so it closes nothing.
+        """
+        if target in self._ref_open:
+            return self._ref_open[target]
+        started = self._resolving.get(target)
+        if started is not None:
+            return frozenset() if self._depth > started else _CONTAINERS
+        if target:
+            keyword, name = target[1:].split("/", 1)
+            node = self._root[keyword][name]
+        else:
+            node = self._root
+        self._resolving[target] = self._depth
+        try:
+            open_kinds = self._node(node, target, _CONTAINERS, strict=True)
+        finally:
+            del self._resolving[target]
+        self._ref_open[target] = open_kinds
+        return open_kinds
 
 
 def _types(node: dict[str, Any]) -> list[Any]:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from tests.agent.conftest import decoded, tool_messages
 from tests.support import db
 from tests.support.calls import new_run, outcome, send_one
-from tests.support.scripted_model import Turn, call, openai_turn
+from tests.support.scripted_model import Turn, call, ollama_turn, openai_turn
 from tests.support.tokens import auth_for
 
 _ids = itertools.count()
@@ -152,3 +152,57 @@ async def test_a_run_whose_end_state_cannot_be_written_is_marked_failed_not_left
     assert response.status_code == 500
     states = await gateway.sql("SELECT loop_state, stop_reason FROM runs WHERE loop_state IS NOT NULL")
     assert [tuple(s) for s in states] == [("failed", "INTERNAL_ERROR")]
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"max_batch_size": 2}])
+async def test_calls_past_the_batch_limit_are_answered_invalid_audited_and_not_run(gateway, model):
+    sent = [raw("add", call_id=f"call_{i}", arguments=f'{{"a": {i}, "b": 0}}') for i in range(4)]
+    model.script(answer_with(sent), openai_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [t["outcome"] for t in body["gateway"]["trace"]] == ["OK", "OK", "INVALID_TOOL_CALL", "INVALID_TOOL_CALL"]
+
+    # The next round answers every call of the assistant message, in order.
+    next_round = model.requests[1]["messages"]
+    assistant = next(m for m in next_round if m["role"] == "assistant")
+    ids = [f"call_{i}" for i in range(4)]
+    assert [c["id"] for c in assistant["tool_calls"]] == ids
+    answered = tool_messages(model.requests[1])
+    assert [m["tool_call_id"] for m in answered] == ids
+    for extra in answered[2:]:
+        error = decoded(extra["content"])["error"]
+        assert error["code"] == "INVALID_TOOL_CALL" and "not run" in error["message"]
+
+    run_id = body["gateway"]["run_id"]
+    audited = {r.tool_call_id: r.outcome for r in await db.audit_rows(gateway.database_url, run_id=run_id)}
+    assert audited == {"call_0": "OK", "call_1": "OK", "call_2": "INVALID_TOOL_CALL", "call_3": "INVALID_TOOL_CALL"}
+    run = await gateway.run(run_id)
+    assert run["state"] == "completed"
+    assert [m["tool_call_id"] for m in run["messages"] if m["role"] == "tool"] == ids
+
+
+DEEP_ARGUMENTS = '{"a": ' + "[" * 5000 + "]" * 5000 + ', "b": 1}'
+"""Arguments as a JSON *string*: the answer around them is shallow, the text inside is not."""
+
+
+async def test_arguments_text_nested_too_deep_is_invalid_arguments_not_a_500(gateway, model):
+    model.script(answer_with([raw("add", call_id="call_deep", arguments=DEEP_ARGUMENTS), GOOD]),
+                 openai_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 200, response.text
+    trace = response.json()["gateway"]["trace"]
+    assert [(t["tool_call_id"], t["outcome"]) for t in trace] == [("call_deep", "INVALID_ARGUMENTS"),
+                                                                  ("call_good", "OK")]
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"kind": "ollama"}])
+async def test_ollama_arguments_text_nested_too_deep_does_not_break_the_next_round(gateway, model):
+    first = Turn(body={"model": "scripted-model", "done": True, "done_reason": "stop",
+                       "message": {"role": "assistant", "content": "",
+                                   "tool_calls": [{"function": {"name": "add", "arguments": DEEP_ARGUMENTS}}]}})
+    model.script(first, ollama_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 200, response.text
+    assert [t["outcome"] for t in response.json()["gateway"]["trace"]] == ["INVALID_ARGUMENTS"]
+    assert model.served == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.agent.conftest import agent_settings, running_gateway
-from tests.support.scripted_model import Turn, openai_turn
+from tests.support.scripted_model import Turn, ollama_turn, openai_turn
 from tests.support.loopback import free_port
 
 API_KEY = "sk-upstream-key-that-must-never-leak-0123456789"
@@ -56,8 +56,11 @@ async def test_a_model_slower_than_its_request_timeout_is_upstream_timeout(gatew
         Turn(body={"choices": []}),
         Turn(body={"choices": [{"message": {"content": 42}}]}),
         Turn(body={"choices": [{"message": {"tool_calls": "not a list"}}]}),
+        Turn(body=b'{"choices": [{"message": {"tool_calls": [{"id": "c", "function": {"name": "add", '
+                  b'"arguments": {"a": ' + b"[" * 5000 + b"]" * 5000 + b'}}}]}}]}'),
+        Turn(body=b'{"padding": ' + b"[" * 5000 + b"]" * 5000 + b', "choices": [{"message": {"content": "hi"}}]}'),
     ],
-    ids=["not-json", "no-choices", "content-not-text", "tool-calls-not-a-list"],
+    ids=["not-json", "no-choices", "content-not-text", "tool-calls-not-a-list", "deep-arguments", "deep-extra-field"],
 )
 async def test_a_malformed_answer_is_upstream_bad_response_and_not_retried(gateway, model, answer):
     model.script(answer)
@@ -65,6 +68,33 @@ async def test_a_malformed_answer_is_upstream_bad_response_and_not_retried(gatew
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "UPSTREAM_BAD_RESPONSE"
     assert model.served == 1
+
+
+USAGES = [(-5, 3), (5, -1_000_000), (10**30, 5), (2**63, 0), (2**31, 0)]
+USAGE_IDS = ["negative-prompt", "negative-completion", "past-int64", "int64-max-plus-one", "past-the-cap"]
+
+
+@pytest.mark.parametrize(("prompt_tokens", "completion_tokens"), USAGES, ids=USAGE_IDS)
+async def test_usage_out_of_range_is_upstream_bad_response_and_the_run_does_not_stay_running(
+    gateway, model, prompt_tokens, completion_tokens
+):
+    model.script(openai_turn("hello", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+    response = await gateway.chat("hello")
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "UPSTREAM_BAD_RESPONSE"
+    assert model.served == 1
+    states = [row.loop_state for row in await gateway.sql("SELECT loop_state FROM runs")]
+    assert states and "running" not in states
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"kind": "ollama"}])
+@pytest.mark.parametrize(("prompt_tokens", "completion_tokens"), USAGES, ids=USAGE_IDS)
+async def test_ollama_counts_out_of_range_are_upstream_bad_response_too(gateway, model, prompt_tokens,
+                                                                        completion_tokens):
+    model.script(ollama_turn("hello", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+    response = await gateway.chat("hello")
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "UPSTREAM_BAD_RESPONSE"
 
 
 @pytest.mark.parametrize("gateway_overrides", [{"llm_api_key": API_KEY}])

@@ -179,3 +179,13 @@ async def test_a_token_longer_lived_than_the_cap_is_unauthenticated(client):
     now = int(time.time())
     token = signed(ec_key("ec-1"), "ES256", "ec-1", claims(iat=now - 60, exp=now + 86_400))
     assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"sub": "al\ud800ice"}, {"tenant_id": "ac\udc00me"}, {"nbf": -(10**400)}],
+    ids=["surrogate-in-sub", "surrogate-in-tenant", "nbf-past-float-range"],
+)
+async def test_a_signed_token_with_unstorable_identity_or_absurd_times_is_a_401_not_a_500(client, extra):
+    response = await tools_with(client, auth(make_token(extra=extra)))
+    assert_error(response, 401, "UNAUTHENTICATED")

@@ -6,6 +6,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.wiring import services_of
 from tests.support.app import make_settings
 
 
@@ -16,12 +17,13 @@ async def test_one_pooled_client_from_settings_shared_by_http_tools_and_closed_o
     )
     app = create_app(settings)
     async with AsyncTestClient(app=app):
-        http = app.state.http
+        services = services_of(app)
+        http = services.http
         assert http.follow_redirects is False
         assert (http.timeout.connect, http.timeout.read) == (1.5, 4.0)
         pool = http._transport._pool  # the transport's pool: where the limits end up
         assert (pool.max_connections, pool.max_keepalive_connections) == (7, 3)
-        assert app.state.service_calls.client is http
+        assert services.service_calls.client is http
     assert http.is_closed
     with pytest.raises(RuntimeError, match="lifespan"):
-        app.state.service_calls.client
+        services.service_calls.client

@@ -18,8 +18,9 @@ from litestar.response import Stream
 from litestar.testing import AsyncTestClient
 
 from gateway.api.context import RequestContextMiddleware
-from gateway.api.errors import EXCEPTION_HANDLERS
+from gateway.api.errors import exception_handlers
 from gateway.logging import configure_logging, log_failure
+from gateway.observability.metrics import Metrics
 from tests.support.http import assert_error
 
 
@@ -52,8 +53,11 @@ async def broken_stream() -> Stream:
 
 @pytest.fixture
 async def failing_client() -> AsyncIterator[AsyncTestClient]:
-    app = Litestar([boom, broken_stream], exception_handlers=EXCEPTION_HANDLERS, logging_config=None, debug=False)  # type: ignore[arg-type]
-    app.asgi_handler = RequestContextMiddleware(app.asgi_handler)
+    metrics = Metrics()
+    app = Litestar(
+        [boom, broken_stream], exception_handlers=exception_handlers(metrics), logging_config=None, debug=False  # type: ignore[arg-type]
+    )
+    app.asgi_handler = RequestContextMiddleware(app.asgi_handler, metrics=metrics)
     async with AsyncTestClient(app=app, raise_server_exceptions=False) as client:
         yield client
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from litestar.testing import AsyncTestClient
 
-from gateway.observability import metrics
+from gateway.wiring import services_of
 from gateway.observability.timing import STAGES
 from tests.support.calls import batch, contents, new_run, outcome, tool_call
 from tests.support.prometheus import growth, samples, value
@@ -152,6 +152,7 @@ async def test_metrics_follow_approvals_from_request_to_decision(client: AsyncTe
 
 async def test_model_call_metrics_record_latency_and_tokens(client: AsyncTestClient) -> None:
     before = await scrape(client)
+    metrics = services_of(client.app).metrics
     metrics.model_call(model="test-model", duration_s=0.42, prompt_tokens=120, completion_tokens=30)
     metrics.model_call(model="test-model", duration_s=2.0, outcome="timeout")
     after = await scrape(client)

@@ -1,5 +1,5 @@
 """The public routes as an operator's tools see them: HEAD on the probes, /metrics' content
-type, its token and its tenant labels, and the metrics the README lists moving."""
+type, its token and its tenant labels, and the metrics docs/operations.md lists moving."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
+from gateway.wiring import services_of
 from tests.support.app import make_settings
 from tests.support import db
 from tests.support.calls import batch, contents, new_run, tool_call
@@ -63,14 +64,15 @@ async def test_metrics_content_type_names_one_charset(seeded_pg_url: str) -> Non
 async def test_with_a_metrics_token_a_scrape_without_it_is_refused_before_any_query(seeded_pg_url: str) -> None:
     async with gateway(seeded_pg_url, metrics_token=TOKEN) as client:
         queries = 0
-        original = client.app.state.database_gauges.pending
+        gauges = services_of(client.app).metrics_exposition.gauges
+        original = gauges.pending
 
         async def counted(**kwargs: Any) -> Any:
             nonlocal queries
             queries += 1
             return await original(**kwargs)
 
-        client.app.state.database_gauges.pending = counted
+        gauges.pending = counted  # type: ignore[method-assign]
         for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN}):
             refused = await client.get("/metrics", headers=headers)
             assert_error(refused, 401, "UNAUTHENTICATED")

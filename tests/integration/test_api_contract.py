@@ -2,7 +2,7 @@
 
 Every check and phase (examples, coverage, fuzzing, stateful with the document's links),
 as an administrator and as a member, a fixed seed and a bounded number of examples. A
-failure passes only where the README's "By design" list names it; nothing else is waived.
+failure passes only where the by-design list in docs/api.md names it; nothing else is waived.
 """
 
 from __future__ import annotations

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.chain import CANONICAL_FIELDS, CHAIN_FIELDS, audit_events, content_hash
 from gateway.audit.prune import parse_age, prune
@@ -42,8 +45,19 @@ async def _verify(db: Database, tenant: str = "acme") -> VerifyReport:
         return await verify_chain(conn, tenant_id=tenant)
 
 
-async def _execute(db: Database, stmt: Any) -> None:
+@asynccontextmanager
+async def _tampering(db: Database) -> AsyncIterator[AsyncConnection]:
+    """A transaction of an attacker with the table owner's rights: the database refuses to
+    change or delete audit rows (migration 0008), but an owner can switch its triggers off,
+    as this does for the one transaction. What the chain must still catch."""
     async with db.begin() as conn:
+        await conn.execute(sa.text("ALTER TABLE audit_events DISABLE TRIGGER USER"))
+        yield conn
+        await conn.execute(sa.text("ALTER TABLE audit_events ENABLE TRIGGER USER"))
+
+
+async def _tamper(db: Database, stmt: Any) -> None:
+    async with _tampering(db) as conn:
         await conn.execute(stmt)
 
 
@@ -101,7 +115,7 @@ async def test_each_tenant_has_its_own_chain(db):
 async def test_a_changed_row_is_named_as_the_first_broken_row(db, column, value):
     ids = await _insert(db, [_row(n=i) for i in range(6)])
     await AuditSealer(db).seal_pending()
-    await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[3]).values({column: value}))
+    await _tamper(db, sa.update(audit_events).where(audit_events.c.id == ids[3]).values({column: value}))
     report = await _verify(db)
     assert not report.ok
     if column == "tenant_id":  # the row left the chain: its successor finds a hole
@@ -115,7 +129,7 @@ async def test_a_changed_row_is_named_as_the_first_broken_row(db, column, value)
 async def test_a_deleted_row_breaks_the_chain_at_the_next_row(db):
     ids = await _insert(db, [_row(n=i) for i in range(5)])
     await AuditSealer(db).seal_pending()
-    await _execute(db, sa.delete(audit_events).where(audit_events.c.id == ids[2]))
+    await _tamper(db, sa.delete(audit_events).where(audit_events.c.id == ids[2]))
     report = await _verify(db)
     assert (report.ok, report.broken_row_id) == (False, ids[3])
 
@@ -123,7 +137,7 @@ async def test_a_deleted_row_breaks_the_chain_at_the_next_row(db):
 async def test_an_unsealed_row_in_the_middle_breaks_the_chain(db):
     ids = await _insert(db, [_row(n=i) for i in range(5)])
     await AuditSealer(db).seal_pending()
-    await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(chain_seq=None))
+    await _tamper(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(chain_seq=None))
     report = await _verify(db)
     assert (report.ok, report.broken_row_id, report.unsealed_rows) == (False, ids[2], 1)
 
@@ -131,7 +145,7 @@ async def test_an_unsealed_row_in_the_middle_breaks_the_chain(db):
 async def test_a_cut_tail_is_caught_by_the_stored_head(db):
     ids = await _insert(db, [_row(n=i) for i in range(4)])
     await AuditSealer(db).seal_pending()
-    await _execute(db, sa.delete(audit_events).where(audit_events.c.id == ids[-1]))
+    await _tamper(db, sa.delete(audit_events).where(audit_events.c.id == ids[-1]))
     report = await _verify(db)
     assert not report.ok
     assert "end" in (report.reason or "")
@@ -143,7 +157,7 @@ async def test_relinking_a_forged_row_without_the_head_is_caught(db):
 
     ids = await _insert(db, [_row(n=i) for i in range(3)])
     await AuditSealer(db).seal_pending()
-    async with db.begin() as conn:
+    async with _tampering(db) as conn:
         await conn.execute(sa.update(audit_events).where(audit_events.c.id == ids[2]).values(outcome="FORGED"))
         row = (await conn.execute(sa.select(audit_events).where(audit_events.c.id == ids[2]))).first()
         forged = content_hash(row)
@@ -175,7 +189,7 @@ async def test_prune_removes_old_sealed_rows_and_the_chain_verifies_from_the_anc
     assert (report.ok, report.verified_rows, report.anchor_seq) == (True, 4, 4)
 
     # Tampering after a prune is still caught, the first kept row included.
-    await _execute(db, sa.update(audit_events).where(audit_events.c.id == kept[0]).values(outcome="X"))
+    await _tamper(db, sa.update(audit_events).where(audit_events.c.id == kept[0]).values(outcome="X"))
     assert (await _verify(db)).broken_row_id == kept[0]
 
 
@@ -241,7 +255,7 @@ async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url)
         assert ok.returncode == 0, ok.stderr
         assert "OK, 4 sealed row(s) verified" in ok.stdout and "1 row(s) not sealed yet" in ok.stdout
 
-        await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(outcome="X"))
+        await _tamper(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(outcome="X"))
         broken = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
         assert broken.returncode == 1
         assert f"BROKEN at row id {ids[1]} (chain position 2)" in broken.stdout
@@ -251,12 +265,13 @@ async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url)
 
 
 async def _rewrite_and_relink(db: Database, row_id: int, tenant: str = "acme", **values: Any) -> None:
-    """What someone with write access to the database can do: change a sealed row, then
-    recompute its hashes, every later row's and the stored head with the chain's own functions."""
+    """What someone with the table owner's rights can do: switch the append-only triggers off,
+    change a sealed row, then recompute its hashes, every later row's and the stored head with
+    the chain's own functions."""
     from gateway.audit.chain import link_hash
     from gateway.audit.sealer import audit_chains
 
-    async with db.begin() as conn:
+    async with _tampering(db) as conn:
         await conn.execute(sa.update(audit_events).where(audit_events.c.id == row_id).values(**values))
         start = await conn.scalar(sa.select(audit_events.c.chain_seq).where(audit_events.c.id == row_id))
         prev = await conn.scalar(sa.select(audit_events.c.prev_hash).where(audit_events.c.id == row_id))
@@ -374,7 +389,7 @@ async def test_a_broken_chain_is_not_anchored(pg_url):
     try:
         ids = await _insert(db, [_row(n=i) for i in range(3)])
         await AuditSealer(db).seal_pending()
-        await _execute(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(outcome="X"))
+        await _tamper(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(outcome="X"))
     finally:
         await db.dispose()
     refused = _signed(pg_url, "anchor", "--tenant", "acme")

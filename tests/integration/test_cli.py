@@ -7,14 +7,16 @@ import os
 import re
 import subprocess
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
-from gateway.db.embedded import EmbeddedPostgres
+from gateway.db.embedded import ROOT_MANAGED_DIR_ENV, EmbeddedPostgres
 from gateway.db.models import Article, Role, RolePermission, Tenant, User
 from tests.support import db
 from tests.support.calls import batch, contents, tool_call
@@ -112,9 +114,10 @@ def test_gateway_migrate_creates_the_schema(empty_pg_url):
     assert asyncio.run(db.rows(url, sa.select(Tenant.__table__))) == []
 
 
-def start_demo(folder: Path, port: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_demo(folder: Path, port: int, **env: str) -> tuple[subprocess.Popen[bytes], str]:
     """``gateway serve --demo`` as the README's quick start runs it; its banner once it serves."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    environ.update(env)
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--demo", "--port", str(port)],
         cwd=folder, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
@@ -201,11 +204,41 @@ def test_operator_commands_run_on_the_embedded_default_and_leave_no_server_behin
         assert not EmbeddedPostgres(data).is_running(), command
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only as root does the server run as a user who may be shut out")
+def test_as_root_the_quick_start_in_a_private_folder_serves_and_later_commands_find_its_data(reachable_tmp: Path):
+    """A project cloned into /root (mode 0700): the server's user cannot enter it, so the data
+    lives in a root-managed folder, named in one line on the first start."""
+    private = reachable_tmp / "private"
+    private.mkdir(mode=0o700)
+    project = private / "gateway"
+    project.mkdir()
+    managed = {ROOT_MANAGED_DIR_ENV: str(reachable_tmp / "managed")}  # stands in for /var/lib/gateway/embedded
+    port = free_port()
+    process, banner = start_demo(project, port, **managed)
+    try:
+        token = re.search(r"^\s+(eyJ[\w-]+\.[\w-]+\.[\w-]+)$", banner, re.M).group(1)
+        created = httpx.post(f"http://127.0.0.1:{port}/v1/runs", headers=auth(token), timeout=5)
+        assert created.status_code == 201, created.text
+    finally:
+        stop_demo(process, signal.SIGINT)
+    data = project / ".gateway" / "postgres"
+    assert data.is_symlink() and data.resolve().is_relative_to(reachable_tmp / "managed")
+    assert not EmbeddedPostgres(data).is_running()
+
+    listed = gateway("tenants", "list", cwd=project, **managed)
+    assert listed.returncode == 0, listed.stderr
+    assert "acme" in listed.stdout and "globex" in listed.stdout
+    assert listed.stderr == ""  # the data's place was said once, by the first start
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+
+
 def test_a_data_folder_the_embedded_server_cannot_use_is_one_line_naming_it(reachable_tmp: Path):
     locked = reachable_tmp / "locked"
     locked.mkdir(mode=0o000)  # as root: its server user cannot enter; otherwise: we cannot write
     try:
-        done = gateway("tenants", "list", cwd=reachable_tmp, GATEWAY_EMBEDDED_DATA_DIR=str(locked / "pg" / "data"))
+        # As root, the root-managed folder would be the way out: make it unreachable too.
+        done = gateway("tenants", "list", cwd=reachable_tmp, GATEWAY_EMBEDDED_DATA_DIR=str(locked / "pg" / "data"),
+                       **{ROOT_MANAGED_DIR_ENV: str(locked / "managed")})
     finally:
         locked.chmod(0o700)
     assert done.returncode == 1

@@ -15,7 +15,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.db.embedded import EmbeddedPostgres, EmbeddedPostgresError, embedded_postgres
+from gateway.db.embedded import ROOT_MANAGED_DIR_ENV, EmbeddedPostgres, EmbeddedPostgresError, embedded_postgres
 from gateway.db.migrate import upgrade_to_head
 from tests.support.app import make_settings, seeded
 from tests.support.tokens import auth_for
@@ -54,6 +54,50 @@ def test_started_in_a_new_folder_it_migrates_and_serves_a_request_and_keeps_data
     with embedded_postgres(data) as again:
         found = asyncio.run(fetch(again.dsn(), f"SELECT count(*) FROM runs WHERE id = '{run_id}'"))
         assert found == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only as root does the server run as a user who may be shut out")
+def test_as_root_a_data_folder_under_a_private_folder_lives_where_the_server_user_reaches_and_survives_a_restart(
+    reachable_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    managed = reachable_tmp / "managed"  # stands in for /var/lib/gateway/embedded
+    monkeypatch.setenv(ROOT_MANAGED_DIR_ENV, str(managed))
+    private = reachable_tmp / "private"
+    private.mkdir(mode=0o700)  # as /root is
+    data = private / "proj" / ".gateway" / "postgres"
+    heard: list[str] = []
+    with embedded_postgres(data, announce=heard.append) as server:
+        upgrade_to_head(server.url())
+        asyncio.run(seeded(server.url()))
+        assert asyncio.run(fetch(server.dsn(), "SELECT count(*) FROM tenants")) == 2
+        target = server.data_dir
+    assert not EmbeddedPostgres(data).is_running()
+    assert target.parent.parent == managed and target.name == "postgres"
+    assert data.is_symlink() and data.resolve() == target
+    assert target.stat().st_uid != 0 and stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700  # nothing above the configured folder loosened
+    (line,) = heard
+    assert str(target) in line and str(private) in line
+
+    with embedded_postgres(data, announce=heard.append) as again:
+        assert again.data_dir == target
+        assert asyncio.run(fetch(again.dsn(), "SELECT count(*) FROM tenants")) == 2
+    assert len(heard) == 1  # said once, when the data went there
+    assert not EmbeddedPostgres(data).is_running()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only as root does the server run as a user who may be shut out")
+def test_as_root_a_root_managed_folder_the_server_user_cannot_reach_either_is_one_error_creating_nothing(
+    reachable_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    private, shut = reachable_tmp / "private", reachable_tmp / "shut"
+    private.mkdir(mode=0o700)
+    shut.mkdir(mode=0o700)
+    monkeypatch.setenv(ROOT_MANAGED_DIR_ENV, str(shut / "managed"))
+    with pytest.raises(EmbeddedPostgresError, match=f"neither {private} nor {shut}:"):
+        with embedded_postgres(private / "proj" / "pg"):
+            pass
+    assert not list(private.iterdir()) and not list(shut.iterdir())
 
 
 def test_a_second_user_of_the_folder_reuses_the_server_and_the_last_one_stops_it(reachable_tmp: Path) -> None:

@@ -82,3 +82,21 @@ async def test_hostile_requests_get_4xx_envelopes_and_leave_no_traceback_without
             event = json.loads(line)
             assert event.get("error_id") and event.get("request_id"), line
     assert not [event for event in events if "exc_info" in event]
+
+
+async def test_a_body_of_unterminated_escaped_quotes_is_answered_at_once_and_the_gateway_stays_responsive(pg_url):
+    """The nesting check scans strings first; each quote of a string that never closes used to
+    start a scan to the end of the body: ~900 KB of `\\"` held the event loop for hours."""
+    await seeded(pg_url)
+    body = "[" * 100 + '"' + '\\"' * 450_000
+    with gateways(pg_url, 1) as (gateway,):
+        # The client's timeout only guards against a hang: answered, this takes milliseconds.
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            run = await http.post("/v1/runs", json={}, headers=BOB)
+            assert run.status_code == 201, run.text
+            for path in (f"/v1/runs/{run.json()['id']}/tool-calls", "/v1/runs", "/v1/chat/completions"):
+                response = await http.post(path, content=body.encode(),
+                                           headers={**BOB, "Content-Type": "application/json"})
+                assert 400 <= response.status_code < 500, (path, response.text)
+                assert response.json()["error"]["request_id"] == response.headers["x-request-id"]
+            assert (await http.get("/healthz")).status_code == 200

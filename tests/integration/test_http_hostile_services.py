@@ -428,3 +428,25 @@ async def test_over_tls_a_clean_connection_is_reused_and_one_with_late_bytes_is_
     finally:
         await server.stop()
     assert server.accepted == 2
+
+
+async def test_partitions_whose_connections_are_gone_leave_nothing_behind_in_the_pool(hostile):
+    """Every caller is a partition of its own: the pool must not keep an entry for each one
+    it ever served (a process serving many users would grow without bound)."""
+
+    async def close_on_second(number: int, path: bytes, reader, writer) -> bool:
+        if number != 2:
+            return False
+        writer.write(answer(b"own:" + path, b"connection: close"))
+        await writer.drain()
+        writer.close()
+        return True
+
+    _, base = await hostile(close_on_second)
+    async with client() as http:
+        pool = http._transport._pool  # noqa: SLF001 -- what the pool holds is the point here
+        for user in range(20):
+            for _ in range(2):  # the second answer closes the connection the first left idle
+                partition = {PARTITION: ("acme", f"user-{user}")}
+                assert await own_answer(http, f"{base}/u{user}", extensions=partition) == f"own:/u{user}"
+        assert pool._idle == {}  # noqa: SLF001

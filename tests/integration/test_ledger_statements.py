@@ -46,8 +46,8 @@ def call(name: str = "add", arguments: str = '{"a": 1, "b": 2}', call_id: str | 
     return plan
 
 
-async def admit(ledger: Ledger, run_id: str, plans):
-    return await ledger.admit(ALICE, run_id, plans, request_id="req_test", now=datetime.now(UTC))
+async def admit(ledger: Ledger, run_id: str, plans, *, now: datetime | None = None):
+    return await ledger.admit(ALICE, run_id, plans, request_id="req_test", now=now or datetime.now(UTC))
 
 
 async def count(db: Database, table, **where) -> int:
@@ -120,11 +120,52 @@ async def test_a_call_that_changes_data_creates_one_approval_and_replays_its_sta
     assert await count(db, Approval.__table__, run_id=run_id) == 1
 
 
-async def test_an_expired_run_refuses_new_calls(db, ledger):
-    run_id = await new_run(db, expires_at=datetime.now(UTC) + timedelta(milliseconds=1))
-    await asyncio.sleep(0.01)
-    [admission] = await admit(ledger, run_id, [call()])
-    assert admission.outcome == "RUN_EXPIRED"
+async def test_a_run_is_expired_at_the_time_the_ledger_is_given(db, ledger):
+    expires_at = datetime.now(UTC) + timedelta(hours=1)
+    run_id = await new_run(db, expires_at=expires_at)
+    [before] = await admit(ledger, run_id, [call(arguments='{"a": 1, "b": 1}')], now=expires_at - timedelta(seconds=1))
+    [after] = await admit(ledger, run_id, [call(arguments='{"a": 2, "b": 2}')], now=expires_at + timedelta(seconds=1))
+    assert before.decision == "execute"
+    assert (after.decision, after.outcome) == ("decided", "RUN_EXPIRED")
+
+
+async def test_an_approval_past_its_ttl_at_the_given_time_is_expired(db, ledger):
+    run_id = await new_run(db)
+    now = datetime.now(UTC)
+    plan = call("create_article", '{"title": "T", "body": "B"}', call_id="call_w")
+    [asked] = await admit(ledger, run_id, [plan], now=now)
+    again = call("create_article", '{"title": "T", "body": "B"}', call_id="call_w")
+    [within] = await admit(ledger, run_id, [again], now=now + timedelta(minutes=59))
+    [past] = await admit(ledger, run_id, [again], now=now + timedelta(hours=1, seconds=1))
+    assert asked.outcome == within.outcome == "APPROVAL_REQUIRED"
+    assert (past.decision, past.outcome, past.approval_status) == ("replay", "APPROVAL_EXPIRED", "pending")
+
+
+async def test_a_call_is_stale_once_the_given_time_passes_its_start_by_stale_after(db, ledger):
+    run_id = await new_run(db)
+    now = datetime.now(UTC)
+    [first] = await admit(ledger, run_id, [call(call_id="interrupted")], now=now)
+    [soon] = await admit(ledger, run_id, [call(call_id="interrupted")], now=now + timedelta(minutes=19))
+    [late] = await admit(ledger, run_id, [call(call_id="interrupted")], now=now + timedelta(minutes=21))
+    assert first.decision == "execute"  # the ledger's stale_after is 20 minutes by default
+    assert soon.outcome == "TOOL_CALL_IN_PROGRESS"
+    assert late.outcome == "TOOL_OUTCOME_UNKNOWN"
+
+
+async def test_the_audit_rows_of_admission_and_record_carry_the_given_time(db, ledger):
+    run_id = await new_run(db)
+    admitted_at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    recorded_at = admitted_at + timedelta(seconds=7)
+    plan, refused = call(call_id="runs"), call("no_such_tool", call_id="refused")
+    await admit(ledger, run_id, [plan, refused], now=admitted_at)
+    await ledger.record(ALICE, run_id, [FinishedCall(plan, "OK", '{"ok":true,"result":3}', 0.1)],
+                        request_id="req_test", now=recorded_at)
+    async with db.connect() as conn:
+        rows = (await conn.execute(sa.select(AuditEvent.__table__).where(AuditEvent.run_id == run_id))).all()
+        stored = (await conn.execute(sa.select(ToolCall.__table__).where(ToolCall.run_id == run_id, ToolCall.tool_call_id == "runs"))).one()
+    times = {(row.tool_call_id, row.outcome): row.created_at for row in rows}
+    assert times == {("refused", "TOOL_NOT_FOUND"): admitted_at, ("runs", "OK"): recorded_at}
+    assert (stored.created_at, stored.finished_at) == (admitted_at, recorded_at)
 
 
 async def test_another_users_run_is_not_found(db, ledger):

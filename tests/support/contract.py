@@ -35,7 +35,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class ByDesign:
-    """A failure the README names as by design: which check, on which operation, answered how."""
+    """A failure docs/api.md names as by design: which check, on which operation, answered how."""
 
     check: str
     operation: str | None

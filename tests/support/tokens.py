@@ -10,6 +10,9 @@ import jwt
 TEST_SECRET = "test-secret-that-is-long-enough-for-hs256-0123456789"
 
 DEMO_ROLES = {"alice": ["member"], "bob": ["editor"], "carol": ["admin"]}
+DEFAULT_TTL_S = 8 * 3600
+"""Tokens are often made when a test module is imported: they must outlive a slow run of the
+whole suite, and stay within the gateway's default lifetime cap (a day)."""
 
 
 def make_token(
@@ -18,7 +21,7 @@ def make_token(
     roles: list[str] | None = None,
     *,
     secret: str = TEST_SECRET,
-    ttl: int = 600,
+    ttl: int = DEFAULT_TTL_S,
     extra: dict[str, Any] | None = None,
     drop: tuple[str, ...] = (),
     algorithm: str = "HS256",

@@ -207,9 +207,9 @@ def test_the_proxy_keeps_metrics_private_and_request_ids_flowing() -> None:
     assert size and int(size.group(1)) * 1024 * 1024 == Settings().requests.max_body_bytes
 
 
-def test_the_readme_deployment_section_names_real_files() -> None:
-    readme = (DEPLOY.parent / "README.md").read_text()
-    named = set(re.findall(r"deploy/[\w./-]*[\w/]", readme))
+def test_the_deployment_docs_name_real_files() -> None:
+    operations = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    named = set(re.findall(r"deploy/[\w./-]*[\w/]", operations))
     assert {"deploy/Dockerfile", "deploy/compose.yaml", "deploy/k8s"} <= named
     for path in named:
         assert (DEPLOY.parent / path).exists(), path

@@ -64,7 +64,7 @@ def test_tool_error_retryable_defaults_from_the_table_and_can_be_overridden():
     assert ToolError(ErrorCode.TOOL_TIMEOUT, "m", retryable=False).retryable is False
 
 
-def test_the_readme_table_lists_every_code():
+def test_the_generated_table_lists_every_code():
     table = markdown_table()
     for code in ErrorCode:
         assert f"| `{code}` |" in table

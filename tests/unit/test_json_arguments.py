@@ -3,6 +3,8 @@ and never echo a value."""
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 import msgspec
@@ -106,6 +108,25 @@ def test_unknown_field_error_names_its_path():
     with pytest.raises(ArgumentsInvalid) as error:
         codec().decode(b'{"order_id": "o1", "lines": [{"sku": "a", "user_id": "carol"}]}')
     assert "`lines[0].user_id`" in error.value.message
+
+
+def test_unknown_field_names_are_quoted_escaped_and_cut():
+    name = "evil\u001b[2J\nnext line\u2028" + "k" * 100
+    with pytest.raises(ArgumentsInvalid) as error:
+        codec().decode(json.dumps({"order_id": "o1", "lines": [{"sku": "a", name: 1}]}).encode())
+    message = error.value.message
+    assert "`lines[0].evil\\u001b[2J\\u000anext line\\u2028kk" in message
+    assert not any(ch in message for ch in "\x1b\n\u2028")
+    assert "k" * 60 not in message and "…" in message
+
+
+def test_a_message_names_only_the_first_few_unknown_fields():
+    arguments = {"order_id": "o1", "lines": [], **{f"extra_{i}": i for i in range(1000)}}
+    with pytest.raises(ArgumentsInvalid) as error:
+        codec().decode(json.dumps(arguments).encode())
+    message = error.value.message
+    assert message.count("`extra_") == 5 and "and 995 more" in message
+    assert len(message) < 400
 
 
 @pytest.mark.parametrize(

@@ -140,3 +140,16 @@ async def test_a_keyset_sent_byte_by_byte_ends_at_the_fetch_timeout(provider):
     async with asyncio.timeout(30):  # a guard against a hang, far above the 0.5 s fetch timeout
         with pytest.raises(JwksKeyNotFound):
             await cache.key_for("k1")
+
+
+@pytest.mark.parametrize("odd_kid", [["k0"], {"k": 0}], ids=["list", "object"])
+async def test_a_key_whose_kid_is_not_a_string_is_skipped_and_the_others_still_serve(provider, odd_kid):
+    async def odd(writer: asyncio.StreamWriter) -> None:
+        keys = json.loads(keyset("k1"))
+        keys["keys"].insert(0, {**public_jwk("k0", KEY, "RS256"), "kid": odd_kid})
+        writer.write(response(json.dumps(keys).encode()))
+
+    _, cache = await provider(odd)
+    assert (await cache.key_for("k1")).key_id == "k1"
+    with pytest.raises(JwksKeyNotFound):
+        await cache.key_for(str(odd_kid))

@@ -24,6 +24,8 @@ from gateway.text import (
     quoted,
     unstorable_json_text,
 )
+from gateway.text import _JSON_STRING  # noqa: PLC2701 -- its linearity is the point
+
 
 
 def nested(depth: int, opener: str = "[", closer: str = "]") -> bytes:
@@ -47,14 +49,37 @@ def test_brackets_inside_strings_do_not_count():
     assert not nests_deeper_than(document, 3)
 
 
+@pytest.mark.parametrize(
+    "document",
+    [b'[' * 100 + b'"' + b'\\"' * 1000, b'[' * 100 + b'"abc\\', b'["a\\"b' * 200, b'"' * 3 + b'[' * 100],
+    ids=["escaped-quotes-unterminated", "trailing-backslash", "escaped-quotes-repeated", "odd-quotes"],
+)
+def test_the_string_scan_matches_at_every_quote_so_it_never_rescans(document):
+    """Linear by construction: a string that is never closed runs to the end of the document,
+    so no quote starts an attempt that scans ahead and fails (which made the scan quadratic:
+    a 1 MiB body of escaped quotes held the event loop for hours)."""
+    for at in (i for i, byte in enumerate(document) if byte == ord('"')):
+        assert _JSON_STRING.match(document, at) is not None, at
+
+
+def test_an_unterminated_string_hides_the_brackets_after_it_but_not_those_before():
+    assert nests_deeper_than(b"[" * 70 + b'"' + b"\\\"" * 10, 64)
+    assert not nests_deeper_than(b'["' + b"[" * 70, 64)
+
+
 def test_many_shallow_siblings_are_not_deep():
     assert not nests_deeper_than(json.dumps([[1], [2]] * 500).encode(), 2)
     assert nests_deeper_than(json.dumps([[[1]]] * 500).encode(), 2)
 
 
+def _containers_of(inner: st.SearchStrategy) -> st.SearchStrategy:
+    # A named function, not a lambda: Hypothesis reads a lambda's source to check that it
+    # uses its argument, and a lambda spread over lines can make that check misfire.
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.integers() | st.text(max_size=4), lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=20))
+@given(st.recursive(st.integers() | st.text(max_size=4), _containers_of, max_leaves=20))
 def test_the_scan_agrees_with_the_depth_of_any_document(value):
     def depth(node) -> int:
         if isinstance(node, list):

@@ -142,6 +142,31 @@ async def test_an_empty_or_oversized_identity_is_refused(changes):
     assert await refused(TokenVerifier(settings()), make_token(extra=changes)) == "claim_value"
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{"sub": "al\ud800ice"}, {"tenant_id": "ac\udc00me"}, {"roles": ["member", "\udbff"]}],
+    ids=["sub", "tenant", "role"],
+)
+async def test_an_identity_holding_a_lone_surrogate_is_refused(changes):
+    assert await refused(TokenVerifier(settings()), make_token(extra=changes)) == "claim_value"
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"nbf": -(10**400)}, "claim_value"),
+        ({"iat": -(10**400)}, "claim_value"),
+        ({"nbf": "1"}, "claim_type"),
+        ({"iat": "1"}, "claim_type"),
+        ({"iat": True}, "claim_type"),
+        ({"nbf": False}, "claim_type"),
+    ],
+    ids=["nbf-past-float-range", "iat-past-float-range", "nbf-string", "iat-string", "iat-bool", "nbf-bool"],
+)
+async def test_iat_and_nbf_that_are_not_finite_numbers_are_refused(changes, reason):
+    assert await refused(TokenVerifier(settings()), make_token(extra=changes)) == reason
+
+
 # --- issuer and audience -----------------------------------------------------------------
 
 async def test_iss_and_aud_are_accepted_when_they_match():

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gateway.audit.rows import audit_json
 from gateway.errors import ErrorCode
 from gateway.execution.guards import (
     approval,
@@ -81,10 +82,12 @@ def admission_payload(plan: CallPlan) -> dict[str, Any]:
     """One call's part of the admission statement: what every call carries, then a refused
     call's stored answer, or each admission guard's inputs."""
     payload: dict[str, Any] = {
-        "id": plan.id,
-        "tool": plan.request.name,
-        "args_sha256": plan.arguments_sha256,
-        "audit_args": plan.audit_arguments,
+        "audit": audit_json(
+            tool_call_id=plan.id,
+            tool=plan.request.name,
+            arguments=plan.audit_arguments,
+            arguments_sha256=plan.arguments_sha256,
+        ),
     }
     if plan.rejected is not None:
         payload["code"] = plan.rejected.value

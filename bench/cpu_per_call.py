@@ -1,0 +1,129 @@
+"""CPU time per guarded call, in the gateway's process and in PostgreSQL, against the bare
+baseline endpoint's CPU per insert, measured in the same run.
+
+Throughput on a shared machine drifts by tens of percent between runs; the CPU a process
+spends per call drifts far less, so it is the figure to compare versions by. Starts the
+gateway and bench/baseline_app.py (one worker each, on PostgreSQL), then alternately drives
+with wrk: the gateway with one call per request, the baseline, the gateway with a batch of
+8 calls. For each it reads the serving process's CPU time (/proc) and the CPU time of every
+PostgreSQL server process before and after, and prints microseconds per call and the
+gateway/baseline ratios.
+
+    .venv/bin/python bench/cpu_per_call.py [--duration 6] [--repeats 3] [--connections 32]
+
+Linux only (/proc); PostgreSQL's processes are found by the name `postgres`. Needs wrk and a
+PostgreSQL server (BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/postgres).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of one process, 0.0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def postgres_cpu_s() -> float:
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as comm:
+                    if comm.read().strip() != "postgres":
+                        continue
+            except OSError:
+                continue
+            total += process_cpu_s(int(entry))
+    return total
+
+
+def measure(pid: int, drive: object, calls_per_request: int, duration_s: int) -> tuple[float, float, float]:
+    """(requests/s, gateway-or-baseline µs per call, PostgreSQL µs per call) of one wrk run."""
+    process_before, postgres_before = process_cpu_s(pid), postgres_cpu_s()
+    sample: common.Sample = drive()  # type: ignore[operator]
+    process_after, postgres_after = process_cpu_s(pid), postgres_cpu_s()
+    calls = sample.rps * duration_s * calls_per_request
+    return (
+        sample.rps,
+        1e6 * (process_after - process_before) / calls,
+        1e6 * (postgres_after - postgres_before) / calls,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_load_options(parser, duration=6, repeats=3, connections=32)
+    args = parser.parse_args()
+    if common.wrk_missing():
+        return 2
+
+    with common.bench_database("gateway_cpu") as db_dsn:
+        processes: common.Processes = []
+        try:
+            env = common.gateway_env(db_dsn, log_level=args.log_level, BENCH_BASELINE_DSN=db_dsn)
+            common.prepare_gateway(env)
+            gateway_port, baseline_port = common.free_port(), common.free_port()
+            log = common.open_log()
+            gateway = common.start_gateway(gateway_port, env, log)
+            processes.append(gateway)
+            baseline = common.start_uvicorn("bench.baseline_app:app", baseline_port, env, log)
+            processes.append(baseline)
+            gateway_url = f"http://127.0.0.1:{gateway_port}"
+            baseline_url = f"http://127.0.0.1:{baseline_port}"
+            common.wait_until_up(gateway_url + "/healthz")
+            common.wait_until_up(baseline_url + "/")
+            token = common.member_token(env["GATEWAY_DATABASE_URL"])
+            with common.gateway_client(gateway_url, token) as client:
+                runs = common.create_runs(client, args.runs, max_tool_calls=1_000_000)
+
+            def driver(url: str, batch: int, label: str, duration: int) -> object:
+                return lambda: common.wrk(url, "tool_calls.lua", [token, common.fresh_prefix(label), str(batch), *runs],
+                                          connections=args.connections, duration=duration)
+
+            for url, batch in ((gateway_url, 1), (baseline_url, 1), (gateway_url, 8)):
+                driver(url, batch, "w", 2)()  # warm up
+            rows: dict[str, list[tuple[float, float, float]]] = {"single": [], "baseline": [], "batch": []}
+            for _ in range(args.repeats):
+                rows["single"].append(measure(gateway.pid, driver(gateway_url, 1, "s", args.duration), 1, args.duration))
+                rows["baseline"].append(measure(baseline.pid, driver(baseline_url, 1, "b", args.duration), 1, args.duration))
+                rows["batch"].append(measure(gateway.pid, driver(gateway_url, 8, "m", args.duration), 8, args.duration))
+            report(rows)
+            return 0
+        finally:
+            common.stop(processes)
+
+
+def report(rows: dict[str, list[tuple[float, float, float]]]) -> None:
+    def med(name: str, index: int) -> float:
+        return statistics.median(row[index] for row in rows[name])
+
+    labels = {"single": "gateway, 1 call/request", "baseline": "baseline (JWT + 1 INSERT)",
+              "batch": "gateway, 8 calls/request"}
+    print(f"\n{'medians of ' + str(len(rows['single'])) + ' rounds':<28} {'req/s':>8} "
+          f"{'server µs/call':>15} {'postgres µs/call':>17}")
+    for name, label in labels.items():
+        print(f"{label:<28} {med(name, 0):8.0f} {med(name, 1):15.0f} {med(name, 2):17.0f}")
+    print(f"\nratio gateway/baseline CPU per call, server:   {med('single', 1) / med('baseline', 1):.2f}")
+    print(f"ratio gateway/baseline CPU per call, postgres: {med('single', 2) / med('baseline', 2):.2f}")
+    print(f"ratio batch-8/single server CPU per call:      {med('batch', 1) / med('single', 1):.2f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
