@@ -173,7 +173,7 @@ def wait_until_up(url: str, timeout: float = 30) -> None:
 
 def member_token(database_url: str) -> str:
     """A token of the seeded demo user, ``alice`` of ``acme`` (role ``member``), for an hour."""
-    settings = Settings(database_url=database_url, jwt_secret=SECRET)
+    settings = Settings.from_flat(database_url=database_url, jwt_secret=SECRET)
     return mint_token(settings, tenant_id="acme", user_id="alice", roles=["member"], ttl_s=3600)
 
 

@@ -60,7 +60,7 @@ arguments = {{ type = "object", required = ["value"], properties = {{ value = {{
 
 
 async def grant_orders_read(database_url: str) -> None:
-    db = Database.from_settings(Settings(database_url=database_url))
+    db = Database.from_settings(Settings.from_flat(database_url=database_url))
     try:
         async with db.begin() as conn:
             await ensure_role(conn, tenant_id="acme", name="member", description="member",

@@ -69,8 +69,8 @@ __all__ = ["create_app"]
 def interrupted_after(settings: Settings, registry: ToolRegistry) -> timedelta:
     """How long after its start a call still marked executing must have been interrupted:
     twice the longest any call may run."""
-    longest = longest_timeout_s(registry, settings.tool_timeout_s)
-    return timedelta(seconds=2 * longest + 2 * settings.database_statement_timeout_s)
+    longest = longest_timeout_s(registry, settings.tools.timeout_s)
+    return timedelta(seconds=2 * longest + 2 * settings.database.statement_timeout_s)
 
 
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
@@ -96,7 +96,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     tools = registry
     service_jwks = msgspec.convert(signer.jwks() if signer is not None else {"keys": []}, Jwks)
     in_flight = InFlight()
-    strict_document = StrictDocument(max_batch_size=settings.max_batch_size)
+    strict_document = StrictDocument(max_batch_size=settings.requests.max_batch_size)
     metrics = Metrics()
     slot = ServicesSlot()
 
@@ -104,11 +104,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = Database.from_settings(settings)
         http = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.tool_timeout_s, connect=settings.http_connect_timeout_s),
+            timeout=httpx.Timeout(settings.tools.timeout_s, connect=settings.http.connect_timeout_s),
             transport=service_transport(
                 limits=httpx.Limits(
-                    max_connections=settings.http_max_connections,
-                    max_keepalive_connections=settings.http_max_keepalive_connections,
+                    max_connections=settings.http.max_connections,
+                    max_keepalive_connections=settings.http.max_keepalive_connections,
                 ),
             ),
             follow_redirects=False,
@@ -118,20 +118,20 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         )
         service_calls.attach(http)
         jwks = (
-            JwksCache(settings.jwks_url, http, cache_s=settings.jwks_cache_s, timeout_s=settings.jwks_timeout_s)
-            if settings.jwks_url
+            JwksCache(settings.jwks.url, http, cache_s=settings.jwks.cache_s, timeout_s=settings.jwks.timeout_s)
+            if settings.jwks.url
             else None
         )
         directory = TenantDirectory(db, ttl_s=settings.policy_cache_s)
         ledger = create_ledger(
-            db, approval_ttl=timedelta(seconds=settings.approval_ttl_s), stale_after=interrupted_after(settings, tools)
+            db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=interrupted_after(settings, tools)
         )
         readiness = Readiness(db)
         executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger, metrics=metrics)
         runs = RunService(settings=settings, db=db, directory=directory)
         rate_limiter = create_rate_limiter(settings, db)
         sealer = AuditSealer(
-            db, batch_size=settings.audit_seal_batch_size, interval_s=settings.audit_seal_interval_s
+            db, batch_size=settings.audit.seal_batch_size, interval_s=settings.audit.seal_interval_s
         )
         slot.install(
             Services(
@@ -146,8 +146,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 metrics_exposition=MetricsExposition(
                     metrics,
                     DatabaseGauges(db),
-                    token=settings.metrics_token,
-                    tenant_labels=settings.metrics_tenant_labels,
+                    token=settings.metrics.token,
+                    tenant_labels=settings.metrics.tenant_labels,
                 ),
                 token_verifier=TokenVerifier(settings, jwks),
                 tenant_directory=directory,
@@ -159,7 +159,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 tenant_admin=TenantAdmin(db=db, registry=tools, directory=directory),
                 rate_limiter=rate_limiter,
                 audit_exports=ExportSlots(
-                    per_tenant=settings.audit_export_max_per_tenant, per_process=settings.audit_export_max_per_process
+                    per_tenant=settings.audit.export_max_per_tenant, per_process=settings.audit.export_max_per_process
                 ),
                 agent=AgentService(
                     settings=settings,
@@ -183,7 +183,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             # The server has stopped taking requests and waited for those in flight; wait
             # (bounded) for any still inside the app before the group-commit lanes stop.
             log.info("gateway_stopping", in_flight=in_flight.count)
-            drained = await in_flight.drained(settings.shutdown_timeout_s)
+            drained = await in_flight.drained(settings.server.shutdown_timeout_s)
             try:
                 if rate_limiter is not None:
                     await rate_limiter.close()
@@ -220,16 +220,16 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             DefineMiddleware(
                 JWTAuthenticationMiddleware, services=slot, exclude=PUBLIC_PATHS, exclude_http_methods=()
             ),
-            *([DefineMiddleware(RateLimitMiddleware, services=slot)] if settings.rate_limits_enabled else []),
+            *([DefineMiddleware(RateLimitMiddleware, services=slot)] if settings.rate_limits.enabled else []),
         ],
         dependencies=service_providers(slot),
         state=State({SLOT_KEY: slot}),
         exception_handlers=exception_handlers(metrics),  # type: ignore[arg-type]
         # Every body and query is decoded under one rule (gateway.api.decoding).
-        request_class=request_class(max_json_depth=settings.max_json_depth),
+        request_class=request_class(max_json_depth=settings.requests.max_json_depth),
         before_request=check_request,
         lifespan=[lifespan],
-        request_max_body_size=settings.max_body_bytes,
+        request_max_body_size=settings.requests.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="gateway",
             version="1",

@@ -17,7 +17,7 @@ from gateway.settings import Settings
 
 def create_app_from_env() -> Litestar:
     settings = Settings.from_env()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log.level, settings.log.format)
     if not settings.demo:
         settings.require_signing_setup()
     return create_app(settings)

@@ -191,10 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
 def load_settings(*, demo: bool = False) -> Settings:
     settings = Settings.from_env()
     if demo or settings.demo:
-        secret = settings.jwt_secret or demo_secret(Path.cwd() / DEMO_SECRET_FILE)
+        secret = settings.jwt.secret or demo_secret(Path.cwd() / DEMO_SECRET_FILE)
         os.environ["GATEWAY_JWT_SECRET"] = secret
         os.environ["GATEWAY_DEMO"] = "true"
-        if not (settings.service_signing_key or settings.service_signing_key_file):
+        if not (settings.services.signing_key or settings.services.signing_key_file):
             os.environ["GATEWAY_SERVICE_SIGNING_KEY_FILE"] = str(demo_signing_key(Path.cwd() / DEMO_SIGNING_KEY_FILE))
         return Settings.from_env()
     return settings
@@ -205,15 +205,15 @@ def with_database(settings: Settings, *, migrate: bool = True) -> Iterator[Setti
     """The settings with a database URL: ``GATEWAY_DATABASE_URL``, else the embedded
     PostgreSQL's, started for the command (or reused while another command runs it) and,
     being the gateway's own, migrated unless the command does that itself."""
-    if settings.database_url is not None:
+    if settings.database.url is not None:
         yield settings
         return
-    with embedded_postgres(settings.embedded_data_dir, announce=_say) as server:
+    with embedded_postgres(settings.database.embedded_data_dir, announce=_say) as server:
         if migrate:
             from gateway.db.migrate import upgrade_to_head
 
             upgrade_to_head(server.url())
-        yield msgspec.structs.replace(settings, database_url=server.url())
+        yield msgspec.structs.replace(settings, database=msgspec.structs.replace(settings.database, url=server.url()))
 
 
 def _say(line: str) -> None:
@@ -247,9 +247,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from gateway.logging import configure_logging
 
     settings = Settings.from_env()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log.level, settings.log.format)
     with with_database(settings, migrate=False) as settings:
-        upgrade_to_head(str(settings.database_url))
+        upgrade_to_head(str(settings.database.url))
     print("gateway: database is at the latest migration", file=sys.stderr)
     return 0
 
@@ -279,10 +279,10 @@ def cmd_token(args: argparse.Namespace) -> int:
     from gateway.auth.dev_tokens import mint_token
 
     settings = load_settings(demo=args.demo)
-    if settings.jwt_secret is None:
+    if settings.jwt.secret is None:
         raise SettingsError("GATEWAY_JWT_SECRET must be set to mint a token (or pass --demo)")
-    if not 0 < args.ttl <= settings.jwt_max_lifetime_s:
-        limit = settings.jwt_max_lifetime_s
+    if not 0 < args.ttl <= settings.jwt.max_lifetime_s:
+        limit = settings.jwt.max_lifetime_s
         raise SettingsError(f"--ttl must be more than 0 and at most GATEWAY_JWT_MAX_LIFETIME_S ({limit})")
     roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
     print(mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=args.ttl))
@@ -420,7 +420,7 @@ def _anchor(settings: Settings, tenant_id: str, out: str | None) -> int:
 
     signer = _signer(load_settings())
     token, report = _operate(
-        settings, lambda db: operator.anchor(db, tenant_id, signer=signer, issuer=settings.service_token_issuer)
+        settings, lambda db: operator.anchor(db, tenant_id, signer=signer, issuer=settings.services.token_issuer)
     )
     summary = (
         f"tenant {tenant_id}: anchored chain position {report.head_seq} (chain hash {report.head_hash}), "
@@ -449,7 +449,7 @@ def _read_anchor(path: str, tenant_id: str) -> Anchor:
         token = Path(path).read_text().strip()
     except OSError as exc:
         raise operator.OperatorError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
-    return read_anchor(token, jwks=signer.jwks(), issuer=settings.service_token_issuer, tenant_id=tenant_id)
+    return read_anchor(token, jwks=signer.jwks(), issuer=settings.services.token_issuer, tenant_id=tenant_id)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -461,7 +461,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from gateway.auth.dev_tokens import mint_token
 
         settings = load_settings(demo=args.demo)
-        if settings.jwt_secret is None:
+        if settings.jwt.secret is None:
             raise SettingsError("pass --token (or set GATEWAY_TOKEN), or set GATEWAY_JWT_SECRET (or --demo) to mint one")
         roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
         token = mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=3600)
@@ -477,16 +477,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.observability.multiprocess import prepare_metrics_dir, remove_metrics_dir
 
     settings = load_settings(demo=args.demo)
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log.level, settings.log.format)
     if not settings.demo:
         settings.require_signing_setup()
-    workers = settings.workers if args.workers is None else args.workers
+    workers = settings.server.workers if args.workers is None else args.workers
     if workers < 1:
         raise SettingsError("--workers must be at least 1")
-    longest_call_s = settings.tool_timeout_s + 2 * settings.database_statement_timeout_s
-    if settings.shutdown_timeout_s < longest_call_s:
+    longest_call_s = settings.tools.timeout_s + 2 * settings.database.statement_timeout_s
+    if settings.server.shutdown_timeout_s < longest_call_s:
         structlog.get_logger("gateway.cli").warning(
-            "shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.shutdown_timeout_s,
+            "shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.server.shutdown_timeout_s,
             longest_call_s=longest_call_s,
         )
     # Before any worker imports prometheus-client: several workers share one metrics directory.
@@ -500,9 +500,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = database.enter_context(with_database(settings, migrate=False))
         # The workers build their apps from the environment (gateway.asgi): the one embedded
         # server this process started serves them all, and stops after them.
-        os.environ["GATEWAY_DATABASE_URL"] = str(settings.database_url)
+        os.environ["GATEWAY_DATABASE_URL"] = str(settings.database.url)
         if not args.no_migrate:
-            upgrade_to_head(str(settings.database_url))
+            upgrade_to_head(str(settings.database.url))
         if settings.demo:
             _seed(settings)
             print_demo_banner(settings, args.host, args.port)
@@ -521,7 +521,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             access_log=False,
             server_header=False,
             proxy_headers=False,
-            timeout_graceful_shutdown=max(1, math.ceil(settings.shutdown_timeout_s)),
+            timeout_graceful_shutdown=max(1, math.ceil(settings.server.shutdown_timeout_s)),
         )
     finally:
         database.close()
@@ -535,7 +535,7 @@ def print_demo_banner(settings: Settings, host: str, port: int) -> None:
 
     base = f"http://{host}:{port}"
     out = sys.stdout
-    print(f"\ngateway demo on {base}  (database: {settings.database_url})", file=out)
+    print(f"\ngateway demo on {base}  (database: {settings.database.url})", file=out)
     print(f"Development tokens, valid {DEMO_TOKEN_TTL_S // 3600} h:", file=out)
     first = None
     for tenant_id in DEMO_TENANTS:

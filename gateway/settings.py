@@ -1,31 +1,48 @@
 """The gateway's settings: one frozen object, read from the environment once and passed in.
 
-Every field is a ``GATEWAY_*`` environment variable (upper-cased field name with the
-prefix); the configuration table in docs/configuration.md is generated from ``FIELD_DOCS``.
+The settings come in small groups (``settings.database.url``, ``settings.tools.timeout_s``).
+Every field is one ``GATEWAY_*`` environment variable: the group's prefix and the field's
+name, upper-cased (``database.pool_size`` is ``GATEWAY_DATABASE_POOL_SIZE``), unless the
+group names it otherwise in ``env_names``. A value is checked by its type declaration
+(bounds, choices, patterns); the rules that tie several fields together are in
+``Settings._check_rules_across_fields`` and ``Settings.require_signing_setup``. An invalid value stops
+start-up with a one-line message naming its variable. The configuration table in
+docs/configuration.md is generated from ``FIELD_DOCS``, keyed by the variables' names without the prefix.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+from msgspec import Meta
+from msgspec import inspect as mi
 
 from gateway.text import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_CEILING
 
 ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
-JSON_FIELDS = frozenset({"llm_providers"})
 SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key", "metrics_token"})
 DEFAULT_EMBEDDED_DATA_DIR = ".gateway/postgres"
+
+HTTP_URL = "^https?://"
+POSTGRESQL_URL = r"^postgresql\+asyncpg://"
+JWT_ALGORITHMS = ("ES256", "ES384", "HS256", "HS384", "HS512", "PS256", "RS256", "RS384", "RS512")
+
+AtLeast0 = Annotated[int, Meta(ge=0)]
+AtLeast1 = Annotated[int, Meta(ge=1)]
+NotNegative = Annotated[float, Meta(ge=0)]
+Positive = Annotated[float, Meta(gt=0)]
+HttpUrl = Annotated[str, Meta(pattern=HTTP_URL)]
+LlmKind = Literal["openai", "ollama"]
 
 
 class SettingsError(Exception):
     """The environment does not describe a valid configuration; the message says which variable."""
-
-
-LLM_KINDS = ("openai", "ollama")
 
 
 class LlmProvider(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -38,266 +55,481 @@ class LlmProvider(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     name: str
-    kind: str = "openai"
-    base_url: str
+    kind: LlmKind = "openai"
+    base_url: HttpUrl
     model: str
     api_key: str | None = None
     api_key_env: str | None = None
-    context_window: int = 8192
-    timeout_s: float = 60.0
+    context_window: AtLeast1 = 8192
+    timeout_s: Positive = 60.0
 
     def __repr__(self) -> str:  # the key never reaches a log line or a traceback
         return f"LlmProvider(name={self.name!r}, kind={self.kind!r}, base_url={self.base_url!r}, model={self.model!r})"
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    database_url: str | None = None
+class Group(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One group of settings; its fields' variables are ``GATEWAY_`` + ``env_prefix`` + the field's name."""
+
+    env_prefix: ClassVar[str] = ""
+    env_names: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        """The field's variable, without ``GATEWAY_`` and lower-cased: its key in ``FIELD_DOCS``."""
+        return cls.env_names.get(field, cls.env_prefix + field)
+
+    def __repr__(self) -> str:  # secrets never reach a log line or a traceback
+        shown = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            hidden = self.env_name(name) in SECRET_FIELDS and value is not None
+            shown.append(f"{name}={'[REDACTED]' if hidden else repr(value)}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class DatabaseSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    env_prefix = "database_"
+    env_names = {"embedded_data_dir": "embedded_data_dir"}
+
+    url: Annotated[str, Meta(pattern=POSTGRESQL_URL)] | None = None
     embedded_data_dir: str = DEFAULT_EMBEDDED_DATA_DIR
-    database_pool_size: int = 10
-    database_pool_timeout_s: float = 5.0
-    database_statement_timeout_s: float = 10.0
-    database_idle_in_transaction_timeout_s: float = 30.0
+    pool_size: int = 10
+    pool_timeout_s: float = 5.0
+    statement_timeout_s: float = 10.0
+    idle_in_transaction_timeout_s: Positive = 30.0
 
-    jwt_secret: str | None = None
-    jwt_algorithms: tuple[str, ...] = ("HS256", "RS256", "ES256")
-    jwt_issuer: str | None = None
-    jwt_audience: str | None = None
-    jwt_leeway_s: int = 30
-    jwt_max_lifetime_s: int = 86400
-    jwks_url: str | None = None
-    jwks_cache_s: int = 300
-    jwks_timeout_s: float = 5.0
 
-    demo: bool = False
+class JwtSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a caller's token is verified: the HS* secret and the claims every token must meet."""
 
-    run_max_tool_calls: int = 50
-    run_max_repeats: int = 2
-    run_ttl_s: int = 86_400
-    approval_ttl_s: int = 86_400
+    env_prefix = "jwt_"
+
+    secret: str | None = None
+    algorithms: Annotated[tuple[Literal[JWT_ALGORITHMS], ...], Meta(min_length=1)] = ("HS256", "RS256", "ES256")
+    issuer: str | None = None
+    audience: str | None = None
+    leeway_s: int = 30
+    max_lifetime_s: AtLeast1 = 86400
+
+
+class JwksSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The identity provider's keys (RS*/ES*/PS* tokens)."""
+
+    env_prefix = "jwks_"
+
+    url: str | None = None
+    cache_s: int = 300
+    timeout_s: float = 5.0
+
+
+class RunSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Defaults of a new run of tool calls."""
+
+    env_prefix = "run_"
+
+    max_tool_calls: AtLeast1 = 50
+    max_repeats: AtLeast0 = 2
+    ttl_s: AtLeast1 = 86_400
+
+
+class ApprovalSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    env_prefix = "approval_"
+    env_names = {"allow_self_approval": "allow_self_approval"}
+
+    ttl_s: AtLeast1 = 86_400
     allow_self_approval: bool = False
 
-    run_max_steps: int = 8
-    run_max_total_tokens: int = 100_000
-    run_timeout_s: float = 120.0
-    chat_max_messages: int = 1000
 
-    llm_kind: str = "openai"
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_api_key: str | None = None
-    llm_context_window: int = 8192
-    llm_timeout_s: float = 60.0
-    llm_providers: tuple[LlmProvider, ...] = ()
-    llm_retries: int = 2
-    llm_retry_backoff_s: float = 0.5
-    llm_max_response_bytes: int = 8_388_608
-    llm_history_share: float = 0.7
+class AgentSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The agent loop's defaults, which are also the highest values a request may ask for."""
 
-    tool_timeout_s: float = 10.0
-    tool_max_result_bytes: int = 16_384
+    env_prefix = "run_"
+    env_names = {"chat_max_messages": "chat_max_messages"}
 
-    max_body_bytes: int = 1_048_576
-    max_batch_size: int = 64
-    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_steps: AtLeast1 = 8
+    max_total_tokens: AtLeast1 = 100_000
+    timeout_s: Positive = 120.0
+    chat_max_messages: AtLeast1 = 1000
+
+
+class LlmSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The model providers: the ``default`` one from its own variables, more as JSON, and how they are called."""
+
+    env_prefix = "llm_"
+
+    kind: LlmKind = "openai"
+    base_url: HttpUrl | None = None
+    model: str | None = None
+    api_key: str | None = None
+    context_window: AtLeast1 = 8192
+    timeout_s: Positive = 60.0
+    providers: tuple[LlmProvider, ...] = ()
+    retries: AtLeast0 = 2
+    retry_backoff_s: NotNegative = 0.5
+    max_response_bytes: AtLeast1 = 8_388_608
+    history_share: Annotated[float, Meta(gt=0, le=1)] = 0.7
+
+    def model_providers(self) -> tuple[LlmProvider, ...]:
+        """The configured providers; the ``GATEWAY_LLM_*`` one, named ``default``, comes first."""
+        if self.base_url is None or not self.model:
+            return self.providers
+        default = LlmProvider(
+            name=DEFAULT_PROVIDER,
+            kind=self.kind,
+            base_url=self.base_url,
+            model=self.model,
+            api_key=self.api_key,
+            context_window=self.context_window,
+            timeout_s=self.timeout_s,
+        )
+        return (default, *self.providers)
+
+
+class ToolSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Limits of a tool that declares none, and the file that declares HTTP tools."""
+
+    env_prefix = "tool_"
+    env_names = {"file": "tools_file"}
+
+    timeout_s: float = 10.0
+    max_result_bytes: int = 16_384
+    file: str | None = None
+
+
+class RequestLimits(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What one request may carry."""
+
+    max_body_bytes: AtLeast1 = 1_048_576
+    max_batch_size: AtLeast1 = 64
+    max_json_depth: Annotated[int, Meta(ge=1, le=MAX_JSON_DEPTH_CEILING)] = DEFAULT_MAX_JSON_DEPTH
+
+
+class AuditSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    env_prefix = "audit_"
+
+    seal_interval_s: NotNegative = 1.0
+    seal_batch_size: AtLeast1 = 1000
+    export_max_per_tenant: AtLeast1 = 2
+    export_max_per_process: AtLeast1 = 8
+
+
+class ServiceSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The business services HTTP tools reach, and the key that signs the gateway's tokens to them."""
+
+    env_prefix = "service_"
+
+    base_urls: tuple[str, ...] = ()
+    signing_key: str | None = None
+    signing_key_file: str | None = None
+    token_issuer: str = "gateway"
+    token_ttl_s: AtLeast1 = 60
+
+
+class HttpClientSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The process's one pooled HTTP client to business services."""
+
+    env_prefix = "http_"
+
+    max_connections: AtLeast1 = 100
+    max_keepalive_connections: AtLeast0 = 50
+    connect_timeout_s: Positive = 3.0
+
+
+class LogSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    env_prefix = "log_"
+
+    level: str = "INFO"
+    format: Literal["json", "console"] = "json"
+
+
+class ServerSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The processes of ``gateway serve``."""
+
+    workers: AtLeast1 = 1
+    shutdown_timeout_s: Positive = 30.0
+
+
+class RateLimitSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Requests per second and bursts, per tenant and per user (0: no limit)."""
+
+    env_prefix = "rate_limit_"
+
+    tenant_rps: NotNegative = 500.0
+    tenant_burst: AtLeast0 = 1000
+    user_rps: NotNegative = 50.0
+    user_burst: AtLeast0 = 100
+
+    @property
+    def enabled(self) -> bool:
+        return self.tenant_rps > 0 or self.user_rps > 0
+
+
+class MetricsSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    env_prefix = "metrics_"
+
+    token: str | None = None
+    tenant_labels: bool = True
+
+
+def _group(kind: type[Group]) -> Any:
+    return msgspec.field(default_factory=kind)
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """All settings. Build it with ``from_env``; in tests, ``from_flat(database_url=..., ...)`` or by groups."""
+
+    database: DatabaseSettings = _group(DatabaseSettings)
+    jwt: JwtSettings = _group(JwtSettings)
+    jwks: JwksSettings = _group(JwksSettings)
+    demo: bool = False
+    runs: RunSettings = _group(RunSettings)
+    approvals: ApprovalSettings = _group(ApprovalSettings)
+    agent: AgentSettings = _group(AgentSettings)
+    llm: LlmSettings = _group(LlmSettings)
+    tools: ToolSettings = _group(ToolSettings)
+    requests: RequestLimits = _group(RequestLimits)
     policy_cache_s: float = 5.0
-
-    audit_seal_interval_s: float = 1.0
-    audit_seal_batch_size: int = 1000
-    audit_export_max_per_tenant: int = 2
-    audit_export_max_per_process: int = 8
-    tools_file: str | None = None
-    service_base_urls: tuple[str, ...] = ()
-    service_signing_key: str | None = None
-    service_signing_key_file: str | None = None
-    service_token_issuer: str = "gateway"
-    service_token_ttl_s: int = 60
-    http_max_connections: int = 100
-    http_max_keepalive_connections: int = 50
-    http_connect_timeout_s: float = 3.0
-
-    log_level: str = "INFO"
-    log_format: str = "json"
-
-    workers: int = 1
-    shutdown_timeout_s: float = 30.0
-    rate_limit_tenant_rps: float = 500.0
-    rate_limit_tenant_burst: int = 1000
-    rate_limit_user_rps: float = 50.0
-    rate_limit_user_burst: int = 100
-    metrics_token: str | None = None
-    metrics_tenant_labels: bool = True
+    audit: AuditSettings = _group(AuditSettings)
+    services: ServiceSettings = _group(ServiceSettings)
+    http: HttpClientSettings = _group(HttpClientSettings)
+    log: LogSettings = _group(LogSettings)
+    server: ServerSettings = _group(ServerSettings)
+    rate_limits: RateLimitSettings = _group(RateLimitSettings)
+    metrics: MetricsSettings = _group(MetricsSettings)
 
     def __post_init__(self) -> None:
-        if self.database_url is not None and not self.database_url.startswith("postgresql+asyncpg://"):
-            raise SettingsError(
-                "GATEWAY_DATABASE_URL must start with postgresql+asyncpg://: the gateway needs PostgreSQL "
-                "(unset GATEWAY_DATABASE_URL to use the embedded one, started from ./.gateway/postgres)"
-            )
-        allowed = {"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "PS256"}
-        unknown = set(self.jwt_algorithms) - allowed
-        if unknown or not self.jwt_algorithms:
-            raise SettingsError(
-                f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(sorted(allowed))}; 'none' is never allowed"
-            )
-        if self.jwks_url is not None:
-            names = ("jwt_audience", "jwt_issuer")
-            missing = [f"{ENV_PREFIX}{name.upper()}" for name in names if not getattr(self, name)]
+        for name, group in self.groups():
+            # A group built by hand (not decoded) has not met its type declarations yet.
+            try:
+                msgspec.convert(msgspec.to_builtins(group), type(group))
+            except msgspec.ValidationError as exc:
+                raise _invalid(exc, {name: msgspec.to_builtins(group)}, within=(name,)) from None
+        self._check_rules_across_fields()
+
+    def _check_rules_across_fields(self) -> None:
+        """The rules no single type declaration can state; ``require_signing_setup`` adds the secret's."""
+        if self.jwks.url is not None:
+            claims = (("GATEWAY_JWT_AUDIENCE", self.jwt.audience), ("GATEWAY_JWT_ISSUER", self.jwt.issuer))
+            missing = [variable for variable, value in claims if not value]
             if missing:
                 raise SettingsError(
                     f"GATEWAY_JWKS_URL is set, so {' and '.join(missing)} must be set too (the aud and iss your "
                     "identity provider puts in tokens for this gateway; without them a token it issued to another "
                     "application would be accepted)"
                 )
-        if self.jwt_max_lifetime_s < 1:
-            raise SettingsError("GATEWAY_JWT_MAX_LIFETIME_S must be at least 1")
-        if self.log_format not in ("json", "console"):
-            raise SettingsError("GATEWAY_LOG_FORMAT must be json or console")
-        for name in ("run_max_tool_calls", "run_ttl_s", "approval_ttl_s", "max_body_bytes", "max_batch_size",
-                     "audit_seal_batch_size", "service_token_ttl_s", "http_max_connections",
-                     "audit_export_max_per_tenant", "audit_export_max_per_process"):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
-        if self.database_idle_in_transaction_timeout_s <= 0:
-            raise SettingsError("GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S must be positive")
-        if not 1 <= self.max_json_depth <= MAX_JSON_DEPTH_CEILING:
-            raise SettingsError(f"GATEWAY_MAX_JSON_DEPTH must be at least 1 and at most {MAX_JSON_DEPTH_CEILING}")
-        if self.audit_seal_interval_s < 0:
-            raise SettingsError("GATEWAY_AUDIT_SEAL_INTERVAL_S must be at least 0")
-        if self.run_max_repeats < 0:
-            raise SettingsError("GATEWAY_RUN_MAX_REPEATS must be at least 0")
-        if self.workers < 1:
-            raise SettingsError("GATEWAY_WORKERS must be at least 1")
-        if self.shutdown_timeout_s <= 0:
-            raise SettingsError("GATEWAY_SHUTDOWN_TIMEOUT_S must be positive")
-        for name in ("rate_limit_tenant_rps", "rate_limit_tenant_burst", "rate_limit_user_rps", "rate_limit_user_burst"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 0 (0: no limit)")
-        if self.http_max_keepalive_connections < 0 or self.http_connect_timeout_s <= 0:
-            raise SettingsError(
-                "GATEWAY_HTTP_MAX_KEEPALIVE_CONNECTIONS must be at least 0 and GATEWAY_HTTP_CONNECT_TIMEOUT_S positive"
-            )
-
-        if self.metrics_token is not None and len(self.metrics_token.encode()) < 16:
+        if self.metrics.token is not None and len(self.metrics.token.encode()) < 16:
             raise SettingsError("GATEWAY_METRICS_TOKEN must be at least 16 bytes")
-
-        self._check_agent_loop()
-
-
-    @property
-    def rate_limits_enabled(self) -> bool:
-        return self.rate_limit_tenant_rps > 0 or self.rate_limit_user_rps > 0
-
-    def _check_agent_loop(self) -> None:
-        for name in ("run_max_steps", "run_max_total_tokens", "chat_max_messages", "llm_context_window",
-                     "llm_max_response_bytes"):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be at least 1")
-        for name in ("run_timeout_s", "llm_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be more than 0")
-        if self.llm_retries < 0 or self.llm_retry_backoff_s < 0:
-            raise SettingsError("GATEWAY_LLM_RETRIES and GATEWAY_LLM_RETRY_BACKOFF_S must be at least 0")
-        if not 0 < self.llm_history_share <= 1:
-            raise SettingsError("GATEWAY_LLM_HISTORY_SHARE must be more than 0 and at most 1")
-        if self.llm_kind not in LLM_KINDS:
-            raise SettingsError("GATEWAY_LLM_KIND must be openai or ollama")
-        if self.llm_base_url is not None and not self.llm_model:
+        if self.llm.base_url is not None and not self.llm.model:
             raise SettingsError("GATEWAY_LLM_MODEL must be set with GATEWAY_LLM_BASE_URL")
-        names = {DEFAULT_PROVIDER} if self.llm_base_url is not None else set()
-        for provider in self.llm_providers:
-            where = f"GATEWAY_LLM_PROVIDERS entry {provider.name!r}"
+        names = {DEFAULT_PROVIDER} if self.llm.base_url is not None else set()
+        for provider in self.llm.providers:
             if provider.name in names:
-                raise SettingsError(f"{where}: the name is used twice (`default` is the GATEWAY_LLM_* provider)")
+                raise SettingsError(
+                    f"GATEWAY_LLM_PROVIDERS entry {provider.name!r}: the name is used twice "
+                    "(`default` is the GATEWAY_LLM_* provider)"
+                )
             names.add(provider.name)
-            if provider.kind not in LLM_KINDS:
-                raise SettingsError(f"{where}: kind must be openai or ollama")
-            if not provider.base_url.startswith(("http://", "https://")):
-                raise SettingsError(f"{where}: base_url must be an http(s) URL")
-            if provider.context_window < 1 or provider.timeout_s <= 0:
-                raise SettingsError(f"{where}: context_window and timeout_s must be positive")
-        if self.llm_base_url is not None and not self.llm_base_url.startswith(("http://", "https://")):
-            raise SettingsError("GATEWAY_LLM_BASE_URL must be an http(s) URL")
-
-    def model_providers(self) -> tuple[LlmProvider, ...]:
-        """The configured providers; the ``GATEWAY_LLM_*`` one, named ``default``, comes first."""
-        providers = list(self.llm_providers)
-        if self.llm_base_url is not None and self.llm_model:
-            providers.insert(
-                0,
-                LlmProvider(
-                    name=DEFAULT_PROVIDER,
-                    kind=self.llm_kind,
-                    base_url=self.llm_base_url,
-                    model=self.llm_model,
-                    api_key=self.llm_api_key,
-                    context_window=self.llm_context_window,
-                    timeout_s=self.llm_timeout_s,
-                ),
-            )
-        return tuple(providers)
-
-    def __repr__(self) -> str:  # secrets never reach a log line or a traceback
-        shown = []
-        for name in self.__struct_fields__:
-            value = getattr(self, name)
-            shown.append(f"{name}={'[REDACTED]' if name in SECRET_FIELDS and value is not None else repr(value)}")
-        return f"Settings({', '.join(shown)})"
 
     def require_signing_setup(self) -> None:
         """Stop start-up when no key would verify a token (outside demo mode)."""
-        if self.jwt_secret is None and self.jwks_url is None:
+        if self.jwt.secret is None and self.jwks.url is None:
             raise SettingsError(
                 "GATEWAY_JWT_SECRET (HS256) or GATEWAY_JWKS_URL (RS256/ES256) must be set; "
                 "run `gateway serve --demo` for a local demo with a generated secret"
             )
-        if self.jwt_secret is not None and len(self.jwt_secret.encode()) < 32:
+        if self.jwt.secret is not None and len(self.jwt.secret.encode()) < 32:
             raise SettingsError("GATEWAY_JWT_SECRET must be at least 32 bytes")
 
+    def groups(self) -> Iterator[tuple[str, Group]]:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if isinstance(value, Group):
+                yield name, value
+
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every ``GATEWAY_*`` variable; an empty one means the default."""
         env = os.environ if environ is None else environ
         raw: dict[str, Any] = {}
-        for name in cls.__struct_fields__:
-            key = ENV_PREFIX + name.upper()
-            if key in env and env[key] != "":
-                raw[name] = _parse_env_value(cls, name, env[key])
-        if "llm_providers" in raw:
-            raw["llm_providers"] = _providers_with_keys(raw["llm_providers"], env)
-        raw.update(overrides)
+        for name, (group, field) in ENV_FIELDS.items():
+            key = env_variable(name)
+            if env.get(key, "") == "":
+                continue
+            value = _parse_env_value(name, _field_type(group, field), env[key])
+            if name == "llm_providers":
+                value = _providers_with_keys(value, env)
+            if group is None:
+                raw[field] = value
+            else:
+                raw.setdefault(group, {})[field] = value
         try:
             return msgspec.convert(raw, cls, strict=False)
         except msgspec.ValidationError as exc:
-            field = str(exc).rsplit("$.", 1)[-1].rstrip("`")
-            raise SettingsError(f"{ENV_PREFIX}{field.upper()} is invalid: {str(exc).split(' - ')[0]}") from None
+            raise _invalid(exc, raw) from None
+
+    @classmethod
+    def from_flat(cls, **values: Any) -> Settings:
+        """Settings from fields named as their variables (``database_url=...``), the rest defaults."""
+        groups: dict[str, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        for name, value in values.items():
+            if name not in ENV_FIELDS:
+                raise TypeError(f"no setting is read from {env_variable(name)}")
+            group, field = ENV_FIELDS[name]
+            if group is None:
+                top[field] = value
+            else:
+                groups.setdefault(group, {})[field] = value
+        kinds = _group_types()
+        return cls(**top, **{group: kinds[group](**fields) for group, fields in groups.items()})
+
+    def flat(self) -> dict[str, Any]:
+        """Every value under its variable's name (as in ``FIELD_DOCS``)."""
+        return {
+            name: getattr(self if group is None else getattr(self, group), field)
+            for name, (group, field) in ENV_FIELDS.items()
+        }
+
+
+def env_variable(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+@functools.cache
+def _group_types() -> dict[str, type[Group]]:
+    """The groups' names in ``Settings`` and their types."""
+    return {
+        field.name: field.type for field in msgspec.structs.fields(Settings)
+        if isinstance(field.type, type) and issubclass(field.type, Group)
+    }
+
+
+def _env_fields() -> dict[str, tuple[str | None, str]]:
+    """Each variable (``FIELD_DOCS``' key, in its order) and where its value lives: (group or None, field)."""
+    found: dict[str, tuple[str | None, str]] = {}
+    for name in Settings.__struct_fields__:
+        kind = _group_types().get(name)
+        places = [(name, (None, name))] if kind is None else [
+            (kind.env_name(field), (name, field)) for field in kind.__struct_fields__
+        ]
+        for variable, place in places:
+            if variable in found:
+                raise RuntimeError(f"{env_variable(variable)} would set two settings")
+            found[variable] = place
+    if set(found) != set(FIELD_DOCS):
+        raise RuntimeError(f"settings and FIELD_DOCS disagree: {sorted(set(found) ^ set(FIELD_DOCS))}")
+    return {name: found[name] for name in FIELD_DOCS}
+
+
+def _field(group: str | None, field: str) -> mi.Field:
+    kind = Settings if group is None else _group_types()[group]
+    info = mi.type_info(kind)
+    assert isinstance(info, mi.StructType)
+    return next(f for f in info.fields if f.name == field)
+
+
+def _field_type(group: str | None, field: str) -> mi.Type:
+    return _without_none(_field(group, field).type)
+
+
+def _without_none(info: mi.Type) -> mi.Type:
+    if isinstance(info, mi.UnionType):
+        kinds = [t for t in info.types if not isinstance(t, mi.NoneType)]
+        if len(kinds) == 1:
+            return kinds[0]
+    return info
 
 
 def _providers_with_keys(value: Any, env: Mapping[str, str]) -> Any:
     """Each provider's API key comes from the environment variable its ``api_key_env`` names."""
     if not isinstance(value, list):
-        raise SettingsError("GATEWAY_LLM_PROVIDERS must be a JSON list of providers")
+        raise SettingsError(MESSAGES["llm_providers"])
     for entry in value:
         if isinstance(entry, dict) and entry.get("api_key_env") and not entry.get("api_key"):
             entry["api_key"] = env.get(str(entry["api_key_env"])) or None
     return value
 
 
-def _parse_env_value(cls: type[Settings], name: str, value: str) -> Any:
-    if name in JSON_FIELDS:
+def _parse_env_value(name: str, info: mi.Type, value: str) -> Any:
+    if isinstance(info, mi.VarTupleType) and isinstance(info.item_type, mi.StructType):
         try:
             return msgspec.json.decode(value)
         except msgspec.DecodeError:
-            raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be JSON") from None
-    annotation = cls.__annotations__[name]
-    if "tuple" in str(annotation):
+            raise SettingsError(f"{env_variable(name)} must be JSON") from None
+    if isinstance(info, mi.VarTupleType):
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if annotation in ("bool", bool):
+    if isinstance(info, mi.BoolType):
         lowered = value.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
-        raise SettingsError(f"{ENV_PREFIX}{name.upper()} must be true or false")
+        raise SettingsError(f"{env_variable(name)} must be true or false")
     return value
+
+
+# Where a type declaration alone would make a poor message.
+MESSAGES = {
+    "database_url": "GATEWAY_DATABASE_URL must start with postgresql+asyncpg://: the gateway needs PostgreSQL "
+    "(unset GATEWAY_DATABASE_URL to use the embedded one, started from ./.gateway/postgres)",
+    "jwt_algorithms": f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(JWT_ALGORITHMS)}; 'none' is never allowed",
+    "llm_providers": "GATEWAY_LLM_PROVIDERS must be a JSON list of providers",
+}
+PATTERNS = {HTTP_URL: "an http(s) URL"}
+_PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+def _invalid(exc: msgspec.ValidationError, data: Any, *, within: tuple[str, ...] = ()) -> SettingsError:
+    """A decoding error, said in one line that names the variable and what it must be."""
+    what, _, where = str(exc).rpartition(" - at `")
+    what = what or str(exc)
+    path: list[str | int] = [*within]
+    for field, index in _PATH_STEP.findall(where.removeprefix("$").rstrip("`")):
+        path.append(field or int(index))
+    groups = _group_types()
+    if len(path) >= 2 and path[0] in groups:
+        group, field = str(path[0]), str(path[1])
+        name = groups[group].env_name(field)
+    elif len(path) == 1 and path[0] in Settings.__struct_fields__:
+        group, field = None, str(path[0])
+        name = field
+    else:
+        return SettingsError(f"the settings are invalid: {what}")
+    if name == "llm_providers" and len(path) >= 3:
+        return _invalid_provider(what, data, path[2], path[3:])
+    if name in MESSAGES:
+        return SettingsError(MESSAGES[name])
+    return SettingsError(f"{env_variable(name)} must be {_describe(_field_type(group, field))}")
+
+
+def _invalid_provider(what: str, data: Any, index: Any, rest: list[str | int]) -> SettingsError:
+    try:
+        name = data["llm"]["providers"][index]["name"]
+    except (KeyError, IndexError, TypeError):
+        name = index
+    where = f"GATEWAY_LLM_PROVIDERS entry {name!r}"
+    fields = {f.name: f for f in mi.type_info(LlmProvider).fields}  # type: ignore[attr-defined]
+    if rest and rest[0] in fields:
+        return SettingsError(f"{where}: {rest[0]} must be {_describe(_without_none(fields[str(rest[0])].type))}")
+    return SettingsError(f"{where}: {what[:1].lower()}{what[1:]}")
+
+
+def _describe(info: mi.Type) -> str:
+    """What a value of this declared type must be, in words: ``an integer at least 1``."""
+    if isinstance(info, mi.LiteralType):
+        return " or ".join(str(value) for value in info.values)
+    if isinstance(info, mi.BoolType):
+        return "true or false"
+    if isinstance(info, mi.StrType):
+        return PATTERNS.get(info.pattern or "", f"text matching {info.pattern}" if info.pattern else "text")
+    if isinstance(info, mi.VarTupleType):
+        return "a comma-separated list"
+    if isinstance(info, (mi.IntType, mi.FloatType)):
+        bounds = [f"{words} {limit}" for words, limit in (
+            ("at least", info.ge), ("more than", info.gt), ("at most", info.le), ("less than", info.lt))
+            if limit is not None]
+        return " ".join(["an integer" if isinstance(info, mi.IntType) else "a number", " and ".join(bounds)]).strip()
+    return "valid"
 
 
 FIELD_DOCS: dict[str, str] = {
@@ -384,13 +616,16 @@ FIELD_DOCS: dict[str, str] = {
 }
 
 
+ENV_FIELDS = _env_fields()
+
+
 def markdown_table() -> str:
     """The settings table of docs/configuration.md, generated from the fields and ``FIELD_DOCS``."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, field in zip(Settings.__struct_fields__, msgspec.structs.fields(Settings), strict=True):
-        default = field.default
+    for name, (group, field) in ENV_FIELDS.items():
+        default = _field(group, field).default
         if isinstance(default, tuple):
             default = ",".join(default) or None
         shown = "(none)" if default is None else f"`{str(default).lower() if isinstance(default, bool) else default}`"
-        lines.append(f"| `{ENV_PREFIX}{name.upper()}` | {shown} | {FIELD_DOCS[name]} |")
+        lines.append(f"| `{env_variable(name)}` | {shown} | {FIELD_DOCS[name]} |")
     return "\n".join(lines)

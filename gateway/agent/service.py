@@ -81,8 +81,8 @@ class AgentService:
         self.loop = AgentLoop(
             executor=executor,
             registry=registry,
-            history_share=settings.llm_history_share,
-            max_batch_size=settings.max_batch_size,
+            history_share=settings.llm.history_share,
+            max_batch_size=settings.requests.max_batch_size,
             save=self._save,
         )
 
@@ -93,7 +93,7 @@ class AgentService:
     # -- starting -----------------------------------------------------------------------------
 
     async def start(self, principal: Principal, request: ChatRequest) -> LoopRun:
-        most = self._settings.chat_max_messages
+        most = self._settings.agent.chat_max_messages
         if len(request.messages) > most:
             raise GatewayError(
                 ErrorCode.INVALID_REQUEST,
@@ -111,9 +111,9 @@ class AgentService:
         model = self._providers.choose(request.model, pinned=tenant.llm_provider)
         tools = self._tools_for(principal, request.client_tools)
         limits = LoopLimits(
-            max_steps=_lower(request.max_steps, self._settings.run_max_steps),
-            max_total_tokens=_lower(request.max_total_tokens, self._settings.run_max_total_tokens),
-            timeout_s=_lower(request.timeout_s, self._settings.run_timeout_s),
+            max_steps=_lower(request.max_steps, self._settings.agent.max_steps),
+            max_total_tokens=_lower(request.max_total_tokens, self._settings.agent.max_total_tokens),
+            timeout_s=_lower(request.timeout_s, self._settings.agent.timeout_s),
         )
         now = datetime.now(UTC)
         row = await self._runs.create(

@@ -13,7 +13,7 @@ from gateway.settings import Settings
 def mint_token(
     settings: Settings, *, tenant_id: str, user_id: str, roles: Sequence[str], ttl_s: int = 3600
 ) -> str:
-    if settings.jwt_secret is None:
+    if settings.jwt.secret is None:
         raise ValueError("GATEWAY_JWT_SECRET is not set")
     now = int(time.time())
     claims: dict[str, object] = {
@@ -24,8 +24,8 @@ def mint_token(
         "nbf": now,
         "exp": now + ttl_s,
     }
-    if settings.jwt_issuer:
-        claims["iss"] = settings.jwt_issuer
-    if settings.jwt_audience:
-        claims["aud"] = settings.jwt_audience
-    return jwt.encode(claims, settings.jwt_secret, algorithm="HS256")
+    if settings.jwt.issuer:
+        claims["iss"] = settings.jwt.issuer
+    if settings.jwt.audience:
+        claims["aud"] = settings.jwt.audience
+    return jwt.encode(claims, settings.jwt.secret, algorithm="HS256")

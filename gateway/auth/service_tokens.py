@@ -103,18 +103,18 @@ def generate_signing_key_pem() -> bytes:
 
 def load_service_signer(settings: Settings) -> ServiceTokenSigner | None:
     """The signer from ``GATEWAY_SERVICE_SIGNING_KEY`` (a PEM) or ``..._FILE`` (a path), if either is set."""
-    if settings.service_signing_key and settings.service_signing_key_file:
+    if settings.services.signing_key and settings.services.signing_key_file:
         raise SettingsError("set GATEWAY_SERVICE_SIGNING_KEY or GATEWAY_SERVICE_SIGNING_KEY_FILE, not both")
-    if settings.service_signing_key:
+    if settings.services.signing_key:
         # A PEM in one environment line may carry its line breaks as "\n".
-        pem = settings.service_signing_key.replace("\\n", "\n").encode()
-    elif settings.service_signing_key_file:
+        pem = settings.services.signing_key.replace("\\n", "\n").encode()
+    elif settings.services.signing_key_file:
         try:
-            pem = Path(settings.service_signing_key_file).read_bytes()
+            pem = Path(settings.services.signing_key_file).read_bytes()
         except OSError as exc:
             raise SettingsError(
                 f"GATEWAY_SERVICE_SIGNING_KEY_FILE cannot be read ({exc.strerror or type(exc).__name__})"
             ) from None
     else:
         return None
-    return ServiceTokenSigner.from_pem(pem, issuer=settings.service_token_issuer, ttl_s=settings.service_token_ttl_s)
+    return ServiceTokenSigner.from_pem(pem, issuer=settings.services.token_issuer, ttl_s=settings.services.token_ttl_s)

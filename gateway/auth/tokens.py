@@ -97,12 +97,12 @@ class VerifiedTokenCache:
 
 class TokenVerifier:
     def __init__(self, settings: Settings, jwks: JwksCache | None = None) -> None:
-        self._secret = settings.jwt_secret
-        self._algorithms = frozenset(settings.jwt_algorithms)
-        self._issuer = settings.jwt_issuer
-        self._audience = settings.jwt_audience
-        self._leeway = settings.jwt_leeway_s
-        self._max_lifetime_s = settings.jwt_max_lifetime_s
+        self._secret = settings.jwt.secret
+        self._algorithms = frozenset(settings.jwt.algorithms)
+        self._issuer = settings.jwt.issuer
+        self._audience = settings.jwt.audience
+        self._leeway = settings.jwt.leeway_s
+        self._max_lifetime_s = settings.jwt.max_lifetime_s
         self._jwks = jwks
         required = ["exp", "sub"]
         if self._issuer:

@@ -27,8 +27,8 @@ def session_settings(settings: Settings) -> dict[str, str]:
     caller must not keep a connection, its snapshot and its locks)."""
     return {
         "application_name": "gateway",
-        "statement_timeout": str(int(settings.database_statement_timeout_s * 1000)),
-        "idle_in_transaction_session_timeout": str(int(settings.database_idle_in_transaction_timeout_s * 1000)),
+        "statement_timeout": str(int(settings.database.statement_timeout_s * 1000)),
+        "idle_in_transaction_session_timeout": str(int(settings.database.idle_in_transaction_timeout_s * 1000)),
     }
 
 
@@ -52,8 +52,8 @@ class Database:
     def from_settings(cls, settings: Settings) -> Database:
         return cls(
             create_engine(settings),
-            driver_pool_size=settings.database_pool_size,
-            statement_timeout_s=settings.database_statement_timeout_s,
+            driver_pool_size=settings.database.pool_size,
+            statement_timeout_s=settings.database.statement_timeout_s,
             server_settings=session_settings(settings),
         )
 
@@ -111,23 +111,23 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
-    if settings.database_url is None:
+    if settings.database.url is None:
         raise SettingsError(
             "GATEWAY_DATABASE_URL is not set: `gateway` commands start the embedded PostgreSQL, "
             "an app built another way needs the URL"
         )
     engine = create_async_engine(
-        settings.database_url,
-        pool_size=settings.database_pool_size,
+        settings.database.url,
+        pool_size=settings.database.pool_size,
         max_overflow=0,
-        pool_timeout=settings.database_pool_timeout_s,
+        pool_timeout=settings.database.pool_timeout_s,
         pool_recycle=1800,
         # SQLAlchemy's exception text carries a failed statement's parameters (tool arguments,
         # stored messages): never let them reach a log line or a traceback.
         hide_parameters=True,
         connect_args={
-            "timeout": settings.database_pool_timeout_s,
-            "command_timeout": settings.database_statement_timeout_s + 5,
+            "timeout": settings.database.pool_timeout_s,
+            "command_timeout": settings.database.statement_timeout_s + 5,
             "server_settings": session_settings(settings),
         },
     )

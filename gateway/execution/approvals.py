@@ -125,7 +125,7 @@ class ApprovalService:
             if row is None:
                 raise GatewayError(ErrorCode.NOT_FOUND, "No such approval.")
             refusal: ErrorCode | None = None
-            if row.requester_id == approver.user_id and not self._settings.allow_self_approval:
+            if row.requester_id == approver.user_id and not self._settings.approvals.allow_self_approval:
                 refusal = ErrorCode.SELF_APPROVAL_FORBIDDEN
             elif not await q.claim_for_execution(
                 conn, tenant_id=approver.tenant_id, approval_id=approval_id, approver_id=approver.user_id, now=now

@@ -81,9 +81,8 @@ class ToolExecutor:
         """Execute a raw ``{"tool_calls": [...]}`` body; protocol errors raise ``GatewayError`` (422)."""
         timer.begin()
         try:
-            requests = parse_batch(
-                body, max_batch_size=self._settings.max_batch_size, max_json_depth=self._settings.max_json_depth
-            )
+            limits = self._settings.requests
+            requests = parse_batch(body, max_batch_size=limits.max_batch_size, max_json_depth=limits.max_json_depth)
         except ProtocolError as exc:
             timer.lap(VALIDATION)
             raise await self._rejection(principal, run_id, exc, request_id=request_id) from None
@@ -112,7 +111,9 @@ class ToolExecutor:
         request_id: str | None,
         timer: StageTimer = UNTIMED,
     ) -> list[ToolMessage]:
-        plans = plan_calls(self._registry, principal, requests, timer, max_json_depth=self._settings.max_json_depth)
+        plans = plan_calls(
+            self._registry, principal, requests, timer, max_json_depth=self._settings.requests.max_json_depth
+        )
         now = datetime.now(UTC)
         try:
             admissions = await self._ledger.admit(principal, run_id, plans, request_id=request_id, now=now)
@@ -221,8 +222,8 @@ class ToolExecutor:
             plan.arguments,
             ctx,
             limits=plan.limits,
-            default_timeout_s=self._settings.tool_timeout_s,
-            default_max_result_bytes=self._settings.tool_max_result_bytes,
+            default_timeout_s=self._settings.tools.timeout_s,
+            default_max_result_bytes=self._settings.tools.max_result_bytes,
         )
 
 

@@ -40,9 +40,9 @@ class RunService:
         if tenant is None:
             raise GatewayError(ErrorCode.UNAUTHENTICATED)
         now = datetime.now(UTC)
-        max_tool_calls = min(requested.max_tool_calls or self._settings.run_max_tool_calls,
+        max_tool_calls = min(requested.max_tool_calls or self._settings.runs.max_tool_calls,
                              tenant.max_tool_calls_per_run)
-        max_repeats = min(requested.max_repeats or self._settings.run_max_repeats, tenant.max_repeats_per_call)
+        max_repeats = min(requested.max_repeats or self._settings.runs.max_repeats, tenant.max_repeats_per_call)
         latest = now + timedelta(seconds=tenant.max_run_ttl_s)
         expires_at = requested.expires_at
         if expires_at is not None:
@@ -52,7 +52,7 @@ class RunService:
                 raise GatewayError(ErrorCode.INVALID_REQUEST, "expires_at must be in the future.")
             expires_at = min(expires_at.astimezone(UTC), latest)
         else:
-            expires_at = min(now + timedelta(seconds=self._settings.run_ttl_s), latest)
+            expires_at = min(now + timedelta(seconds=self._settings.runs.ttl_s), latest)
         async with self._db.begin() as conn:
             return await run_queries.create_run(
                 conn,

@@ -79,8 +79,8 @@ class TransactionalCalls:
                 arguments,
                 ctx,
                 limits=limits,
-                default_timeout_s=self._settings.tool_timeout_s,
-                default_max_result_bytes=self._settings.tool_max_result_bytes,
+                default_timeout_s=self._settings.tools.timeout_s,
+                default_max_result_bytes=self._settings.tools.max_result_bytes,
             )
 
         if tool.remote:

@@ -28,12 +28,12 @@ class ModelProviders:
     def __init__(self, settings: Settings, http: httpx.AsyncClient, metrics: Metrics) -> None:
         transport = UpstreamTransport(
             http,
-            retries=settings.llm_retries,
-            backoff_s=settings.llm_retry_backoff_s,
-            max_response_bytes=settings.llm_max_response_bytes,
+            retries=settings.llm.retries,
+            backoff_s=settings.llm.retry_backoff_s,
+            max_response_bytes=settings.llm.max_response_bytes,
         )
         self._models: dict[str, ChatModel] = {
-            provider.name: build_model(provider, transport, metrics) for provider in settings.model_providers()
+            provider.name: build_model(provider, transport, metrics) for provider in settings.llm.model_providers()
         }
         self._default = next(iter(self._models), None)
 

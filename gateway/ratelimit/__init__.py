@@ -10,10 +10,10 @@ from gateway.settings import Settings
 
 def create_rate_limiter(settings: Settings, db: Database) -> RateLimiter | None:
     """The process's limiter, or ``None`` when no limit is configured."""
-    if not settings.rate_limits_enabled:
+    if not settings.rate_limits.enabled:
         return None
     return RateLimiter(
         create_token_store(db),
-        tenant=Limit.from_settings(settings.rate_limit_tenant_rps, settings.rate_limit_tenant_burst),
-        user=Limit.from_settings(settings.rate_limit_user_rps, settings.rate_limit_user_burst),
+        tenant=Limit.from_settings(settings.rate_limits.tenant_rps, settings.rate_limits.tenant_burst),
+        user=Limit.from_settings(settings.rate_limits.user_rps, settings.rate_limits.user_burst),
     )

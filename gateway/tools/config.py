@@ -110,7 +110,7 @@ def read_tools_file(path: Path) -> Any:
 def service_base_urls(settings: Settings) -> dict[str, str]:
     """``GATEWAY_SERVICE_BASE_URLS`` as ``{name: url}``."""
     urls: dict[str, str] = {}
-    for entry in settings.service_base_urls:
+    for entry in settings.services.base_urls:
         name, sep, url = entry.partition("=")
         name = name.strip()
         if not sep or not _SERVICE_NAME.match(name) or not url.strip():
@@ -126,9 +126,9 @@ def load_http_tools(settings: Settings, calls: ServiceCalls, *, reserved_names: 
 
     ``reserved_names`` are the tools already registered (the built-ins): a clash is an error.
     """
-    if settings.tools_file is None:
+    if settings.tools.file is None:
         return []
-    path = Path(settings.tools_file)
+    path = Path(settings.tools.file)
     where = f"tools file {path}"
     document = _convert(read_tools_file(path), ToolsFile, where)
     base_urls = service_base_urls(settings)
@@ -192,12 +192,12 @@ def _build_tool(
             f"service {entry.service!r} is not declared: add [services.{entry.service}] with its base_url, "
             "or name it in GATEWAY_SERVICE_BASE_URLS"
         )
-    timeout_s = entry.timeout_s if entry.timeout_s is not None else settings.tool_timeout_s
+    timeout_s = entry.timeout_s if entry.timeout_s is not None else settings.tools.timeout_s
     if not 0 < timeout_s <= 3600:
         raise ValueError("timeout_s must be more than 0 and at most 3600")
     max_result_bytes = entry.max_result_bytes
     if max_result_bytes is None:
-        max_result_bytes = settings.tool_max_result_bytes
+        max_result_bytes = settings.tools.max_result_bytes
     if max_result_bytes < 1:
         raise ValueError("max_result_bytes must be at least 1")
     service, errors = services[entry.service]
@@ -225,7 +225,7 @@ def _build_tool(
             request=request,
             calls=calls,
             timeout_s=float(timeout_s),
-            connect_timeout_s=settings.http_connect_timeout_s,
+            connect_timeout_s=settings.http.connect_timeout_s,
             max_result_bytes=max_result_bytes,
             mutates=entry.mutates,
             sensitive_fields=frozenset(entry.sensitive_fields),

@@ -51,7 +51,7 @@ async def test_an_apps_services_exist_only_while_its_lifespan_runs(seeded_pg_url
         services_of(app)
     async with AsyncTestClient(app=app) as client:
         services = services_of(app)
-        assert services.settings.database_url == seeded_pg_url
+        assert services.settings.database.url == seeded_pg_url
         assert (await client.get("/readyz")).status_code == 200
     with pytest.raises(RuntimeError, match="lifespan"):
         services_of(app)

@@ -14,9 +14,9 @@ from tests.support.tokens import auth_for
 
 def test_the_default_limits_are_on_and_generous():
     settings = Settings()
-    assert settings.rate_limits_enabled
-    assert (settings.rate_limit_user_rps, settings.rate_limit_user_burst) == (50.0, 100)
-    assert (settings.rate_limit_tenant_rps, settings.rate_limit_tenant_burst) == (500.0, 1000)
+    assert settings.rate_limits.enabled
+    assert (settings.rate_limits.user_rps, settings.rate_limits.user_burst) == (50.0, 100)
+    assert (settings.rate_limits.tenant_rps, settings.rate_limits.tenant_burst) == (500.0, 1000)
 
 
 async def test_refused_calls_past_the_users_budget_are_rate_limited_and_leave_no_audit_row(pg_client, seeded_pg_url):

@@ -169,7 +169,7 @@ class HttpEnv:
 
 
 async def _seed(database_url: str) -> None:
-    db = Database.from_settings(Settings(database_url=database_url))
+    db = Database.from_settings(Settings.from_flat(database_url=database_url))
     try:
         await seed_demo(db)
         async with db.begin() as conn:

@@ -24,7 +24,7 @@ from tests.conftest import seeded
 @pytest.fixture
 async def pg_db(pg_url: str):
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         yield db
     finally:

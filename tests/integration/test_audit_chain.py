@@ -219,7 +219,7 @@ def test_ages_parse_and_nonsense_is_refused():
 async def test_a_row_committed_after_higher_ids_were_sealed_is_sealed_later(pg_url):
     """Ids are handed out before commit: the chain's order is the order of sealing."""
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         async with db.engine.connect() as slow:
             await slow.begin()
@@ -245,7 +245,7 @@ async def test_a_row_committed_after_higher_ids_were_sealed_is_sealed_later(pg_u
 @pytest.mark.postgres
 async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url):
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         ids = await _insert(db, [_row(n=i) for i in range(4)])
         sealed = run_cli(pg_url, "audit", "seal")
@@ -303,7 +303,7 @@ async def test_a_rewritten_and_relinked_chain_passes_verify_but_not_an_earlier_a
     from tests.support.tokens import SERVICE_SIGNING_KEY
 
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     anchor_file = tmp_path / "acme.anchor"
     try:
         ids = await _insert(db, [_row(n=i) for i in range(6)])
@@ -349,7 +349,7 @@ async def test_an_anchor_that_is_altered_foreign_or_of_another_tenant_is_refused
     from gateway.auth.service_tokens import generate_signing_key_pem
 
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         await _insert(db, [_row(n=i) for i in range(3)])
         await AuditSealer(db).seal_pending()
@@ -385,7 +385,7 @@ async def test_an_anchor_that_is_altered_foreign_or_of_another_tenant_is_refused
 @pytest.mark.postgres
 async def test_a_broken_chain_is_not_anchored(pg_url):
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         ids = await _insert(db, [_row(n=i) for i in range(3)])
         await AuditSealer(db).seal_pending()
@@ -402,7 +402,7 @@ async def test_an_anchor_at_the_pruned_boundary_still_verifies_and_one_pruned_pa
     from gateway.audit.anchor import Anchor
 
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         old = datetime.now(UTC) - timedelta(days=120)
         ids = await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(4)])

@@ -21,7 +21,7 @@ AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 @pytest.fixture
 async def pg_db(pg_url: str):
     await seeded(pg_url)
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         yield db
     finally:

@@ -9,7 +9,7 @@ from gateway.settings import Settings
 
 
 async def test_both_pools_end_a_session_left_idle_in_a_transaction(seeded_pg_url):
-    settings = Settings(database_url=seeded_pg_url, database_idle_in_transaction_timeout_s=7.5,
+    settings = Settings.from_flat(database_url=seeded_pg_url, database_idle_in_transaction_timeout_s=7.5,
                         database_statement_timeout_s=4)
     db = Database.from_settings(settings)
     try:
@@ -26,4 +26,4 @@ async def test_both_pools_end_a_session_left_idle_in_a_transaction(seeded_pg_url
 
 
 def test_the_idle_in_transaction_timeout_defaults_to_30_s():
-    assert Settings().database_idle_in_transaction_timeout_s == 30.0
+    assert Settings().database.idle_in_transaction_timeout_s == 30.0

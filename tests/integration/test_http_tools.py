@@ -267,7 +267,7 @@ async def test_service_token_is_short_lived_and_verifiable_with_the_public_jwks(
     jwks = (await gw.client.get("/.well-known/jwks.json")).json()
     key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
     claims = jwt.decode(token, key.key, algorithms=["ES256"], audience="orders", issuer="gateway")
-    assert claims["exp"] - claims["iat"] == env.settings.service_token_ttl_s
+    assert claims["exp"] - claims["iat"] == env.settings.services.token_ttl_s
     assert claims["tool_call_id"] == result["_call_id"]
 
 

@@ -104,7 +104,7 @@ async def test_the_chain_stays_correct_with_concurrent_writers_and_sealers_on_se
             stop.touch()
             outputs = [sealer.communicate(timeout=60)[0].split() for sealer in sealers]
 
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         async with db.connect() as conn:
             sealed_before_final = await conn.scalar(
@@ -209,7 +209,7 @@ async def test_operator_cli_manages_tenants_and_a_disabled_tenants_tokens_are_re
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.1)
 
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         async with db.connect() as conn:
             actions = list((await conn.execute(
@@ -270,7 +270,7 @@ async def test_operator_cli_configures_a_tenants_agent_loop_and_running_processe
     both = run_cli(pg_url, "tenants", "configure", "acme", "--llm-provider", "x", "--no-llm-provider")
     assert both.returncode == 2 and "not allowed with" in both.stderr
 
-    db = Database.from_settings(Settings(database_url=pg_url))
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
         async with db.connect() as conn:
             row = (await conn.execute(sa.text(

@@ -20,7 +20,7 @@ async def test_an_override_needs_a_known_scope_and_a_positive_rate(database_url:
     from tests.conftest import seeded
 
     await seeded(database_url)
-    db = Database.from_settings(Settings(database_url=database_url))
+    db = Database.from_settings(Settings.from_flat(database_url=database_url))
     try:
         for scope, rate, burst in (("everyone", 1.0, 1), ("user", 0.0, 1), ("user", 1.0, 0)):
             with pytest.raises(sa.exc.IntegrityError):

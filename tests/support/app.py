@@ -19,11 +19,11 @@ def make_settings(database_url: str, **overrides: Any) -> Settings:
         "log_level": "WARNING",
     }
     values.update(overrides)
-    return Settings(**values)
+    return Settings.from_flat(**values)
 
 
 async def seeded(database_url: str) -> None:
-    db = Database.from_settings(Settings(database_url=database_url))
+    db = Database.from_settings(Settings.from_flat(database_url=database_url))
     try:
         await seed_demo(db)
     finally:

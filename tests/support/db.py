@@ -16,7 +16,7 @@ from gateway.settings import Settings
 
 @asynccontextmanager
 async def open_database(url: str) -> AsyncIterator[Database]:
-    db = Database.from_settings(Settings(database_url=url))
+    db = Database.from_settings(Settings.from_flat(database_url=url))
     try:
         yield db
     finally:

@@ -14,7 +14,7 @@ import yaml
 
 from gateway import cli
 from gateway.app import create_app
-from gateway.settings import ENV_PREFIX, Settings
+from gateway.settings import ENV_FIELDS, ENV_PREFIX, Settings, env_variable
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "k8s"
@@ -35,7 +35,7 @@ def k8s_objects() -> dict[str, dict[str, Any]]:
 
 
 def app_get_routes() -> set[str]:
-    app = create_app(Settings(jwt_secret="x" * 32))
+    app = create_app(Settings.from_flat(jwt_secret="x" * 32))
     return {route.path for route in app.routes if "GET" in getattr(route, "methods", ())}
 
 
@@ -132,12 +132,12 @@ def test_settings_come_from_the_secret_and_the_configmap_and_all_exist() -> None
                 env[variable["name"]] = objects["Secret"]["stringData"][ref["key"]]
     deployment_env = {v["name"] for v in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert {"GATEWAY_DATABASE_URL", "GATEWAY_JWT_SECRET"} <= deployment_env
-    fields = {ENV_PREFIX + name.upper() for name in Settings.__struct_fields__}
+    fields = {env_variable(name) for name in ENV_FIELDS}
     assert {name for name in env if name.startswith(ENV_PREFIX)} <= fields
     settings = Settings.from_env(env)  # every value is valid
     settings.require_signing_setup()
     grace = objects["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > settings.shutdown_timeout_s + 5  # + the preStop pause
+    assert grace > settings.server.shutdown_timeout_s + 5  # + the preStop pause
 
 
 def test_dockerfile_is_multi_stage_and_its_final_stage_runs_as_non_root_without_compilers(
@@ -179,7 +179,7 @@ def test_compose_runs_postgres_a_one_shot_migration_and_two_replicas_behind_a_pr
     assert len(replicas) >= 2
     nginx = (DEPLOY / "nginx.conf").read_text()
     routes = app_get_routes()
-    shutdown = Settings.from_env(services[replicas[0]]["environment"]).shutdown_timeout_s
+    shutdown = Settings.from_env(services[replicas[0]]["environment"]).server.shutdown_timeout_s
     for name in replicas:
         service = services[name]
         assert "--no-migrate" in service["command"]
@@ -204,7 +204,7 @@ def test_the_proxy_keeps_metrics_private_and_request_ids_flowing() -> None:
     assert re.search(r"location = /metrics \{\s*deny all;", nginx)
     assert "proxy_set_header X-Request-ID" in nginx
     size = re.search(r"client_max_body_size (\d+)m;", nginx)
-    assert size and int(size.group(1)) * 1024 * 1024 == Settings().max_body_bytes
+    assert size and int(size.group(1)) * 1024 * 1024 == Settings().requests.max_body_bytes
 
 
 def test_the_deployment_docs_name_real_files() -> None:

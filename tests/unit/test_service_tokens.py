@@ -43,7 +43,7 @@ def verify(signer: ServiceTokenSigner, token: str, audience: str = "orders") -> 
     [(ec.generate_private_key(ec.SECP256R1()), "ES256"), (rsa.generate_private_key(65537, 2048), "RS256")],
 )
 def test_token_carries_the_caller_and_the_call_for_one_service(key, algorithm: str):
-    signer = load_service_signer(Settings(service_signing_key=pem(key), service_token_ttl_s=45))
+    signer = load_service_signer(Settings.from_flat(service_signing_key=pem(key), service_token_ttl_s=45))
     assert signer is not None and signer.algorithm == algorithm
     token = signer.sign(BOB, audience="orders", run_id="run_1", tool_call_id="call_1")
     claims = verify(signer, token)
@@ -57,7 +57,7 @@ def test_token_carries_the_caller_and_the_call_for_one_service(key, algorithm: s
 
 
 def test_every_token_is_unique():
-    signer = load_service_signer(Settings(service_signing_key=SERVICE_SIGNING_KEY))
+    signer = load_service_signer(Settings.from_flat(service_signing_key=SERVICE_SIGNING_KEY))
     assert signer is not None
     first, second = (signer.sign(BOB, audience="orders", run_id="r", tool_call_id="c") for _ in range(2))
     assert verify(signer, first)["jti"] != verify(signer, second)["jti"]
@@ -66,8 +66,8 @@ def test_every_token_is_unique():
 def test_key_id_names_the_key_so_every_process_agrees(tmp_path: Path):
     path = tmp_path / "key.pem"
     path.write_text(SERVICE_SIGNING_KEY)
-    from_file = load_service_signer(Settings(service_signing_key_file=str(path)))
-    from_env = load_service_signer(Settings(service_signing_key=SERVICE_SIGNING_KEY.replace("\n", "\\n")))
+    from_file = load_service_signer(Settings.from_flat(service_signing_key_file=str(path)))
+    from_env = load_service_signer(Settings.from_flat(service_signing_key=SERVICE_SIGNING_KEY.replace("\n", "\\n")))
     assert from_file is not None and from_env is not None
     assert from_file.key_id == from_env.key_id
     (public,) = from_file.jwks()["keys"]
@@ -77,12 +77,13 @@ def test_key_id_names_the_key_so_every_process_agrees(tmp_path: Path):
 @pytest.mark.parametrize(
     ("settings", "why"),
     [
-        (Settings(service_signing_key="-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ5dGVz\n-----END PRIVATE KEY-----"),
+        (Settings.from_flat(
+            service_signing_key="-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ5dGVz\n-----END PRIVATE KEY-----"),
          "not an unencrypted PEM private key"),
-        (Settings(service_signing_key=pem(ec.generate_private_key(ec.SECP384R1()))), "P-256"),
-        (Settings(service_signing_key=pem(rsa.generate_private_key(65537, 1024))), "2048"),
-        (Settings(service_signing_key=SERVICE_SIGNING_KEY, service_signing_key_file="/x.pem"), "not both"),
-        (Settings(service_signing_key_file="/nonexistent/key.pem"), "cannot be read"),
+        (Settings.from_flat(service_signing_key=pem(ec.generate_private_key(ec.SECP384R1()))), "P-256"),
+        (Settings.from_flat(service_signing_key=pem(rsa.generate_private_key(65537, 1024))), "2048"),
+        (Settings.from_flat(service_signing_key=SERVICE_SIGNING_KEY, service_signing_key_file="/x.pem"), "not both"),
+        (Settings.from_flat(service_signing_key_file="/nonexistent/key.pem"), "cannot be read"),
     ],
 )
 def test_unusable_keys_stop_start_up_without_showing_the_key(settings: Settings, why: str):

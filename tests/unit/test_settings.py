@@ -5,19 +5,19 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from gateway.settings import FIELD_DOCS, Settings, SettingsError
+from gateway.settings import ENV_FIELDS, FIELD_DOCS, RequestLimits, Settings, SettingsError
 
 SECRET = "s" * 32
 
 
 def test_defaults_need_no_environment():
     settings = Settings.from_env({})
-    assert settings.database_url is None  # the embedded PostgreSQL
-    assert settings.embedded_data_dir == ".gateway/postgres"
-    assert settings.approval_ttl_s == 86_400
-    assert settings.max_body_bytes == 1_048_576
-    assert settings.allow_self_approval is False
-    assert "none" not in {a.lower() for a in settings.jwt_algorithms}
+    assert settings.database.url is None  # the embedded PostgreSQL
+    assert settings.database.embedded_data_dir == ".gateway/postgres"
+    assert settings.approvals.ttl_s == 86_400
+    assert settings.requests.max_body_bytes == 1_048_576
+    assert settings.approvals.allow_self_approval is False
+    assert "none" not in {a.lower() for a in settings.jwt.algorithms}
 
 
 def test_every_field_is_read_from_its_gateway_variable():
@@ -31,16 +31,16 @@ def test_every_field_is_read_from_its_gateway_variable():
             "GATEWAY_JWT_ISSUER": "https://id.example",
         }
     )
-    assert settings.database_url == "postgresql+asyncpg://u@h/db"
-    assert settings.run_max_tool_calls == 7
-    assert settings.tool_timeout_s == 2.5
-    assert settings.allow_self_approval is True
-    assert settings.jwt_algorithms == ("RS256", "ES256")
-    assert settings.jwt_issuer == "https://id.example"
+    assert settings.database.url == "postgresql+asyncpg://u@h/db"
+    assert settings.runs.max_tool_calls == 7
+    assert settings.tools.timeout_s == 2.5
+    assert settings.approvals.allow_self_approval is True
+    assert settings.jwt.algorithms == ("RS256", "ES256")
+    assert settings.jwt.issuer == "https://id.example"
 
 
 def test_an_empty_variable_means_the_default():
-    assert Settings.from_env({"GATEWAY_RUN_MAX_TOOL_CALLS": ""}).run_max_tool_calls == 50
+    assert Settings.from_env({"GATEWAY_RUN_MAX_TOOL_CALLS": ""}).runs.max_tool_calls == 50
 
 
 @pytest.mark.parametrize(
@@ -100,10 +100,60 @@ def test_settings_are_frozen():
 def test_unknown_fields_are_refused():
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"no_such_setting": 1}, Settings)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"database": {"no_such_setting": 1}}, Settings)
+    with pytest.raises(TypeError, match="GATEWAY_NO_SUCH_SETTING"):
+        Settings.from_flat(no_such_setting=1)
 
 
-def test_every_field_is_documented():
-    assert set(FIELD_DOCS) == set(Settings.__struct_fields__)
+def test_every_field_is_documented_and_read_from_one_variable_in_the_documented_order():
+    assert list(ENV_FIELDS) == list(FIELD_DOCS)
+    places = set(ENV_FIELDS.values())
+    assert len(places) == len(ENV_FIELDS)
+    for group, fields in Settings().groups():
+        assert {(group, field) for field in fields.__struct_fields__} <= places
+
+
+def test_flat_names_reach_the_same_values_as_the_variables():
+    settings = Settings.from_flat(tool_timeout_s=2.5, tools_file="tools.toml", allow_self_approval=True, demo=True)
+    assert (settings.tools.timeout_s, settings.tools.file, settings.approvals.allow_self_approval) == (
+        2.5, "tools.toml", True)
+    assert settings.demo is True
+    assert settings.flat() == {**Settings().flat(), "tool_timeout_s": 2.5, "tools_file": "tools.toml",
+                               "allow_self_approval": True, "demo": True}
+
+
+def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable():
+    with pytest.raises(SettingsError, match="^GATEWAY_MAX_JSON_DEPTH must be an integer at least 1 and at most 512$"):
+        Settings(requests=RequestLimits(max_json_depth=0))
+    with pytest.raises(SettingsError, match="^GATEWAY_WORKERS must be an integer at least 1$"):
+        Settings.from_flat(workers=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("GATEWAY_RUN_MAX_TOOL_CALLS", "many", "GATEWAY_RUN_MAX_TOOL_CALLS must be an integer at least 1"),
+        ("GATEWAY_LLM_HISTORY_SHARE", "0", "GATEWAY_LLM_HISTORY_SHARE must be a number more than 0 and at most 1"),
+        ("GATEWAY_RATE_LIMIT_USER_RPS", "-1", "GATEWAY_RATE_LIMIT_USER_RPS must be a number at least 0"),
+        ("GATEWAY_LOG_FORMAT", "xml", "GATEWAY_LOG_FORMAT must be console or json"),
+        ("GATEWAY_LLM_BASE_URL", "ftp://x", "GATEWAY_LLM_BASE_URL must be an http(s) URL"),
+    ],
+)
+def test_a_declared_bound_is_said_in_one_line_naming_the_variable(name, value, message):
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({name: value})
+    assert str(caught.value) == message
+
+
+def test_secrets_in_every_group_are_redacted_in_the_repr():
+    secrets = {"jwt_secret": "j" * 40, "llm_api_key": "sk-live-key", "service_signing_key": "PEM-KEY-TEXT",
+               "metrics_token": "m" * 20}
+    settings = Settings.from_flat(**secrets)
+    for shown in (repr(settings), repr(settings.jwt), repr(settings.llm), repr(settings.services),
+                  repr(settings.metrics)):
+        assert not any(secret in shown for secret in secrets.values())
+    assert repr(settings).count("[REDACTED]") == len(secrets)
 
 
 @pytest.mark.parametrize(
@@ -124,11 +174,11 @@ def test_a_jwks_url_without_audience_and_issuer_stops_start_up_naming_them(prese
 
 
 def test_the_token_lifetime_cap_defaults_to_a_day_and_must_be_positive():
-    assert Settings.from_env({}).jwt_max_lifetime_s == 86_400
+    assert Settings.from_env({}).jwt.max_lifetime_s == 86_400
     with pytest.raises(SettingsError, match="GATEWAY_JWT_MAX_LIFETIME_S"):
         Settings.from_env({"GATEWAY_JWT_MAX_LIFETIME_S": "0"})
 
 
 def test_the_json_depth_limit_defaults_to_64_and_is_read_from_its_variable():
-    assert Settings.from_env({}).max_json_depth == 64
-    assert Settings.from_env({"GATEWAY_MAX_JSON_DEPTH": "200"}).max_json_depth == 200
+    assert Settings.from_env({}).requests.max_json_depth == 64
+    assert Settings.from_env({"GATEWAY_MAX_JSON_DEPTH": "200"}).requests.max_json_depth == 200

@@ -30,7 +30,7 @@ ISSUER, AUDIENCE = "https://id.example", "gateway"
 
 
 def settings(**overrides) -> Settings:
-    return Settings(**{"jwt_secret": TEST_SECRET, "jwt_leeway_s": 0, **overrides})
+    return Settings.from_flat(**{"jwt_secret": TEST_SECRET, "jwt_leeway_s": 0, **overrides})
 
 
 async def refused(verifier: TokenVerifier, token: str) -> str:

@@ -68,7 +68,7 @@ def settings_for(path: Path, **overrides: Any) -> Settings:
         "tools_file": str(path),
         "service_signing_key": SERVICE_SIGNING_KEY,
     }
-    return Settings(**{**values, **overrides})
+    return Settings.from_flat(**{**values, **overrides})
 
 
 def load(tmp_path: Path, text: str, name: str = "tools.toml", **overrides: Any) -> list[Any]:
@@ -171,7 +171,7 @@ def test_settings_name_the_base_url_and_win_over_the_file(tmp_path: Path):
 @pytest.mark.parametrize("entry", ["orders", "=http://x", "orders="])
 def test_service_base_urls_must_be_name_equals_url(entry: str):
     with pytest.raises(SettingsError, match="NAME=URL"):
-        service_base_urls(Settings(service_base_urls=(entry,)))
+        service_base_urls(Settings.from_flat(service_base_urls=(entry,)))
 
 
 def test_http_tools_need_a_signing_key(tmp_path: Path):
