@@ -226,7 +226,7 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
 
 def quoted(text: str, limit: int = MAX_QUOTED) -> str:
     """``text`` fit to appear inside a message: cut to ``limit`` characters, control
-    characters, line separators and lone surrogates written as ``\\uXXXX`` escapes, so a
+    characters, line separators and lone surrogates written as ``\\u`` escapes (four hex digits), so a
     message can always be encoded, stored and shown on one line."""
     cut = text[:limit]
     shown = _UNPRINTABLE.sub(lambda m: f"\\u{ord(m[0]):04x}", cut)
