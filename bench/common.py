@@ -218,3 +218,38 @@ def warn_on_errors(samples: Iterable[Sample]) -> None:
     errors = sum(s.errors for s in samples)
     if errors:
         print(f"WARNING: {errors} failed or non-2xx requests; see bench/last-run.log", file=sys.stderr)
+
+
+@dataclass
+class GatewayAndBaseline:
+    """The gateway and the bare baseline endpoint, serving one bench database, and the load's
+    token and runs: what bench/hot_path.py and bench/cpu_per_call.py both drive."""
+
+    gateway: subprocess.Popen[bytes]
+    baseline: subprocess.Popen[bytes]
+    gateway_url: str
+    baseline_url: str
+    token: str
+    runs: list[str]
+
+
+def start_gateway_and_baseline(
+    db_dsn: str, processes: Processes, *, log_level: str, runs: int, max_tool_calls: int
+) -> GatewayAndBaseline:
+    """Migrate and seed the database, start both servers (added to ``processes``, which the
+    caller stops), wait until they answer and create the runs the load is spread over."""
+    env = gateway_env(db_dsn, log_level=log_level, BENCH_BASELINE_DSN=db_dsn)
+    prepare_gateway(env)
+    gateway_port, baseline_port = free_port(), free_port()
+    log = open_log()
+    gateway = start_gateway(gateway_port, env, log)
+    processes.append(gateway)
+    baseline = start_uvicorn("bench.baseline_app:app", baseline_port, env, log)
+    processes.append(baseline)
+    gateway_url, baseline_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{baseline_port}"
+    wait_until_up(gateway_url + "/healthz")
+    wait_until_up(baseline_url + "/")
+    token = member_token(env["GATEWAY_DATABASE_URL"])
+    with gateway_client(gateway_url, token) as client:
+        run_ids = create_runs(client, runs, max_tool_calls=max_tool_calls)
+    return GatewayAndBaseline(gateway, baseline, gateway_url, baseline_url, token, run_ids)

@@ -42,21 +42,10 @@ def main() -> int:
     with common.bench_database("gateway_bench") as db_dsn:
         processes: common.Processes = []
         try:
-            env = common.gateway_env(db_dsn, log_level=args.log_level, BENCH_BASELINE_DSN=db_dsn)
-            common.prepare_gateway(env)
-
-            gateway_port, baseline_port = common.free_port(), common.free_port()
-            log = common.open_log()
-            processes.append(common.start_gateway(gateway_port, env, log))
-            processes.append(common.start_uvicorn("bench.baseline_app:app", baseline_port, env, log))
-            gateway_url = f"http://127.0.0.1:{gateway_port}"
-            baseline_url = f"http://127.0.0.1:{baseline_port}"
-            common.wait_until_up(gateway_url + "/healthz")
-            common.wait_until_up(baseline_url + "/")
-
-            token = common.member_token(env["GATEWAY_DATABASE_URL"])
-            with common.gateway_client(gateway_url, token) as client:
-                runs = common.create_runs(client, args.runs, max_tool_calls=100_000)
+            servers = common.start_gateway_and_baseline(
+                db_dsn, processes, log_level=args.log_level, runs=args.runs, max_tool_calls=100_000
+            )
+            gateway_url, baseline_url, token, runs = servers.gateway_url, servers.baseline_url, servers.token, servers.runs
 
             def drive(url: str, batch: int, label: str) -> Sample:
                 return common.wrk(url, "tool_calls.lua", [token, common.fresh_prefix(label), str(batch), *runs],
