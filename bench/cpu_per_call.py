@@ -11,19 +11,24 @@ gateway/baseline ratios.
 
     .venv/bin/python bench/cpu_per_call.py [--duration 6] [--repeats 3] [--connections 32]
 
-Linux only (/proc); PostgreSQL's processes are found by the name `postgres`. Needs wrk and a
+Linux only (/proc); PostgreSQL's CPU is its server's: the postmaster behind the benchmark's
+database and its children, so another server on the machine (a test suite's) is not counted.
+On a machine where other work uses PostgreSQL, give the benchmark a server of its own. Needs wrk and a
 PostgreSQL server (BENCH_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/postgres).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import asyncpg  # noqa: E402
 
 from bench import common  # noqa: E402
 
@@ -40,25 +45,46 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def postgres_cpu_s() -> float:
-    total = 0.0
+def parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def postmaster_of(dsn: str) -> int:
+    """The PID of the server behind ``dsn``: the parent of one of its backends."""
+
+    async def read() -> int:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:  # read while the backend lives
+            return parent_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+def postgres_cpu_s(postmaster: int) -> float:
+    """CPU seconds of the benchmark's PostgreSQL server: its postmaster and every process it
+    started (other servers on the machine, such as a test suite's, are not counted)."""
+    total = process_cpu_s(postmaster)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/comm") as comm:
-                    if comm.read().strip() != "postgres":
-                        continue
-            except OSError:
+                if parent_pid(int(entry)) != postmaster:
+                    continue
+            except (OSError, ValueError, IndexError):
                 continue
             total += process_cpu_s(int(entry))
     return total
 
 
-def measure(pid: int, drive: object, calls_per_request: int, duration_s: int) -> tuple[float, float, float]:
+def measure(
+    pid: int, postmaster: int, drive: object, calls_per_request: int, duration_s: int
+) -> tuple[float, float, float]:
     """(requests/s, gateway-or-baseline µs per call, PostgreSQL µs per call) of one wrk run."""
-    process_before, postgres_before = process_cpu_s(pid), postgres_cpu_s()
+    process_before, postgres_before = process_cpu_s(pid), postgres_cpu_s(postmaster)
     sample: common.Sample = drive()  # type: ignore[operator]
-    process_after, postgres_after = process_cpu_s(pid), postgres_cpu_s()
+    process_after, postgres_after = process_cpu_s(pid), postgres_cpu_s(postmaster)
     calls = sample.rps * duration_s * calls_per_request
     return (
         sample.rps,
@@ -90,10 +116,11 @@ def main() -> int:
             for url, batch in ((gateway_url, 1), (baseline_url, 1), (gateway_url, 8)):
                 driver(url, batch, "w", 2)()  # warm up
             rows: dict[str, list[tuple[float, float, float]]] = {"single": [], "baseline": [], "batch": []}
+            postmaster = postmaster_of(db_dsn)
             for _ in range(args.repeats):
-                rows["single"].append(measure(gateway.pid, driver(gateway_url, 1, "s", args.duration), 1, args.duration))
-                rows["baseline"].append(measure(baseline.pid, driver(baseline_url, 1, "b", args.duration), 1, args.duration))
-                rows["batch"].append(measure(gateway.pid, driver(gateway_url, 8, "m", args.duration), 8, args.duration))
+                rows["single"].append(measure(gateway.pid, postmaster, driver(gateway_url, 1, "s", args.duration), 1, args.duration))
+                rows["baseline"].append(measure(baseline.pid, postmaster, driver(baseline_url, 1, "b", args.duration), 1, args.duration))
+                rows["batch"].append(measure(gateway.pid, postmaster, driver(gateway_url, 8, "m", args.duration), 8, args.duration))
             report(rows)
             return 0
         finally:

@@ -11,6 +11,10 @@ A batch goes through them in four steps:
    ``TOOL_EXECUTION_FAILED`` — runner.py (a ``local`` tool, one that does no I/O, runs
    inline: a timeout cannot interrupt it and there is nothing to overlap)
 5. outcomes and audit rows stored in one statement — ledger.py
+
+A pure call (``Tool.pure``: local and changing nothing) runs before step 3 instead of in
+step 4, and its outcome goes to the admission statement, which stores and audits it if the
+call is admitted (and drops it if not): such a call costs one statement, not two.
 """
 
 from __future__ import annotations
@@ -114,9 +118,14 @@ class ToolExecutor:
         plans = plan_calls(
             self._registry, principal, requests, timer, max_json_depth=self._settings.requests.max_json_depth
         )
+        ran_ahead = await self._run_ahead(principal, run_id, plans, request_id)
+        if ran_ahead:
+            timer.lap(TOOL)
         now = datetime.now(UTC)
         try:
-            admissions = await self._ledger.admit(principal, run_id, plans, request_id=request_id, now=now)
+            admissions = await self._ledger.admit(
+                principal, run_id, plans, request_id=request_id, now=now, ran_ahead=ran_ahead
+            )
         except RunNotFound:
             raise GatewayError(ErrorCode.NOT_FOUND, "No such run.") from None
         timer.lap(BUDGET)
@@ -146,6 +155,10 @@ class ToolExecutor:
 
         messages = []
         for plan, admission in zip(plans, admissions, strict=True):
+            decision = admission.decision
+            if decision == "executed":  # ran ahead, admitted: stored with what it computed
+                outcomes[plan.id] = ran_ahead[plan.id]
+                decision = "execute"
             ran = outcomes.get(plan.id)
             if ran is not None:
                 message = ToolMessage(tool_call_id=plan.id, content=ran.content, outcome=ran.outcome, error=ran.error)
@@ -154,7 +167,7 @@ class ToolExecutor:
             messages.append(message)
             self._metrics.call_answered(
                 plan.tool.name if plan.tool is not None else None,
-                admission.decision,
+                decision,
                 message.outcome,
                 ran.duration_ms if ran is not None else None,
             )
@@ -164,10 +177,22 @@ class ToolExecutor:
                 tool=plan.request.name,
                 tool_call_id=plan.id,
                 outcome=message.outcome,
-                decision=admission.decision,
+                decision=decision,
                 duration_ms=ran.duration_ms if ran is not None else None,
             )
         return messages
+
+    async def _run_ahead(
+        self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None
+    ) -> dict[str, CallOutcome]:
+        """Run the batch's pure calls that passed the checks (an approval or a refusal can
+        still come; their outcomes are then dropped)."""
+        outcomes: dict[str, CallOutcome] = {}
+        for plan in plans:
+            tool = plan.tool
+            if tool is not None and tool.pure and plan.rejected is None and not plan.needs_approval:
+                outcomes[plan.id] = await self._run(principal, run_id, plan, request_id)
+        return outcomes
 
     async def _record_cancelled(
         self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None

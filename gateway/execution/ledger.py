@@ -11,13 +11,16 @@ Two steps per batch, each one database round trip:
    transaction (the ``gateway_admit_calls`` function, ``gateway/db/sql/admit_calls.sql``).
 2. ``record``, after the admitted calls ran: store their outcomes (for replays) and their
    audit rows together, in one statement.
+
+A call of a pure tool (``Tool.pure``) runs before step 1 and comes to it with its outcome:
+admitted, it is stored and audited there (decision ``executed``) and needs no step 2.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +35,7 @@ from gateway.db.models import AuditEvent, Run
 from gateway.errors import ErrorCode
 from gateway.execution.checks import CallPlan
 from gateway.execution.guards import ADMISSION_CONTENTS as LEDGER_CONTENTS, admission_payload
+from gateway.execution.runner import CallOutcome
 
 
 class RunNotFound(Exception):
@@ -42,7 +46,8 @@ class RunNotFound(Exception):
 class Admission:
     tool_call_id: str
     decision: str
-    """``execute``: run it now; ``decided``: outcome stored; ``replay``: answered from storage."""
+    """``execute``: run it now; ``executed``: admitted with the outcome it came with, stored;
+    ``decided``: refused, outcome stored; ``replay``: answered from storage."""
     outcome: str | None = None
     content: str | None = None
     approval_id: str | None = None
@@ -71,8 +76,17 @@ class Ledger(ABC):
 
     @abstractmethod
     async def admit(
-        self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
-    ) -> list[Admission]: ...
+        self,
+        principal: Principal,
+        run_id: str,
+        plans: list[CallPlan],
+        *,
+        request_id: str | None,
+        now: datetime,
+        ran_ahead: Mapping[str, CallOutcome] | None = None,
+    ) -> list[Admission]:
+        """``ran_ahead``: outcomes of pure calls, by tool_call_id, computed before admission;
+        such a call, admitted, is stored and audited with it (decision ``executed``)."""
 
     @abstractmethod
     async def record(
@@ -124,6 +138,7 @@ class _AdmitItem:
     now: datetime
     stale_before: datetime
     approval_expires_at: datetime
+    ran_ahead: Mapping[str, CallOutcome] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +172,17 @@ class PostgresLedger(Ledger):
         )
 
     async def admit(
-        self, principal: Principal, run_id: str, plans: list[CallPlan], *, request_id: str | None, now: datetime
+        self,
+        principal: Principal,
+        run_id: str,
+        plans: list[CallPlan],
+        *,
+        request_id: str | None,
+        now: datetime,
+        ran_ahead: Mapping[str, CallOutcome] | None = None,
     ) -> list[Admission]:
         item = _AdmitItem(
-            principal, run_id, plans, request_id, now, now - self._stale_after, self.approval_expiry(now)
+            principal, run_id, plans, request_id, now, now - self._stale_after, self.approval_expiry(now), ran_ahead
         )
         admissions = await self._admissions.submit(item)
         if admissions is None:
@@ -192,7 +214,7 @@ class PostgresLedger(Ledger):
                 "roles": sorted(items[i].principal.roles),
                 "stale_before": items[i].stale_before.isoformat(),
                 "approval_expires_at": items[i].approval_expires_at.isoformat(),
-                "calls": [admission_payload(plan) for plan in items[i].plans],
+                "calls": [admission_payload(plan, _ran_ahead(items[i], plan)) for plan in items[i].plans],
             }
             for i in order
         ]
@@ -235,6 +257,10 @@ class PostgresLedger(Ledger):
         ).decode()
         await conn.execute(self.RECORD, rows)
         return [None] * len(items)
+
+
+def _ran_ahead(item: _AdmitItem, plan: CallPlan) -> CallOutcome | None:
+    return item.ran_ahead.get(plan.id) if item.ran_ahead else None
 
 
 def create_ledger(db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> Ledger:

@@ -207,13 +207,20 @@ class Tool:
     max_result_bytes: int | None = None
     sensitive_fields: frozenset[str] = frozenset()
     local: bool = False
-    """The handler does no I/O (pure computation): it runs inline, without a timeout task."""
+    """The handler does no I/O and has no effects (pure computation): it runs inline, without
+    a timeout task, and a call of it that changes nothing (``pure``) runs before its admission."""
     remote: bool = False
     """The handler's effects live in another service (an HTTP tool), so none of them can join
     the gateway's transaction: a call that changes data runs with no transaction open and
     then records its outcome. Otherwise (the default) it runs inside the transaction that
     records its outcome, so its writes to the gateway's database and the record commit
     together or not at all."""
+
+    @property
+    def pure(self) -> bool:
+        """A call of it may run before the ledger admits it: nothing happens but a computed
+        outcome, which is stored in the admission statement, or dropped if the call is refused."""
+        return self.local and not self.mutates
 
     def openai_definition(self) -> dict[str, Any]:
         return {

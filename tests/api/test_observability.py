@@ -51,7 +51,19 @@ async def test_tool_call_response_carries_server_timing_for_every_stage(client: 
     timing = server_timing(response.headers["server-timing"])
     assert list(timing) == [*STAGES, "total"]
     assert sum(timing[stage] for stage in STAGES) <= timing["total"] + 0.01  # each entry rounded to 1 µs
-    assert timing["auth"] > 0 and timing["budget"] > 0 and timing["audit"] > 0
+    # A pure tool's outcome is stored and audited by the admission statement: no audit stage.
+    assert timing["auth"] > 0 and timing["budget"] > 0 and timing["tool"] > 0 and timing["audit"] == 0
+
+
+async def test_a_call_that_is_not_pure_is_audited_in_its_own_stage(client: AsyncTestClient) -> None:
+    run = await new_run(client)
+    response = await client.post(
+        f"/v1/runs/{run}/tool-calls", json=batch(tool_call("search_articles", {"query": "x"})),
+        headers=auth_for("alice"),
+    )
+    assert response.status_code == 200 and '\\"ok\\":true' in response.text
+    timing = server_timing(response.headers["server-timing"])
+    assert timing["budget"] > 0 and timing["tool"] > 0 and timing["audit"] > 0
 
 
 async def test_a_rejected_batch_carries_server_timing_too(client: AsyncTestClient) -> None:

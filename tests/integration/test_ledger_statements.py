@@ -15,10 +15,14 @@ from gateway.db.engine import Database
 from gateway.db.models import Approval, AuditEvent, Run, ToolCall
 from gateway.db.runs import create_run
 from gateway.execution.checks import plan_call
-from gateway.execution.ledger import FinishedCall, Ledger, RunNotFound, create_ledger
+from gateway.execution.executor import ToolExecutor
+from gateway.execution.ledger import FinishedCall, Ledger, PostgresLedger, RunNotFound, create_ledger
 from gateway.execution.protocol import ToolCallRequest
+from gateway.execution.runner import OK, CallOutcome
+from gateway.observability.metrics import Metrics
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.registry import ToolRegistry
+from tests.support.app import make_settings
 
 ALICE = Principal("acme", "alice", frozenset({"editor"}), frozenset({"calculator:use", "articles:write"}))
 REGISTRY = ToolRegistry(builtin_tools())
@@ -206,3 +210,81 @@ async def test_a_call_left_executing_is_in_progress_then_its_outcome_is_unknown(
     finally:
         await later.close()
     assert (late.decision, late.outcome) == ("replay", "TOOL_OUTCOME_UNKNOWN")
+
+
+def computed(outcome: str = OK, content: str = '{"ok":true,"result":3}') -> CallOutcome:
+    return CallOutcome(outcome=outcome, content=content, duration_ms=0.25)
+
+
+async def test_a_pure_call_admitted_with_its_outcome_is_stored_and_audited_in_the_admission(db, ledger):
+    run_id = await new_run(db)
+    plan = call()
+    [admission] = await ledger.admit(ALICE, run_id, [plan], request_id="req_test", now=datetime.now(UTC),
+                                     ran_ahead={plan.id: computed()})
+    assert admission.decision == "executed" and admission.outcome == OK
+    async with db.connect() as conn:
+        stored = (await conn.execute(sa.select(ToolCall).where(ToolCall.run_id == run_id))).one()
+        audited = (await conn.execute(sa.select(AuditEvent).where(AuditEvent.run_id == run_id))).one()
+    assert (stored.status, stored.outcome, stored.content) == ("done", OK, '{"ok":true,"result":3}')
+    assert (audited.kind, audited.outcome, audited.tool_call_id, audited.duration_ms) == ("tool_call", OK, plan.id, 0.25)
+    [replayed] = await admit(ledger, run_id, [call(call_id=plan.id)])
+    assert (replayed.decision, replayed.content) == ("replay", '{"ok":true,"result":3}')
+
+
+async def test_a_pure_call_refused_at_admission_stores_the_refusal_not_what_it_computed(db, ledger):
+    run_id = await new_run(db, max_tool_calls=1, max_repeats=5)
+    first, second = call(), call()
+    admissions = await ledger.admit(ALICE, run_id, [first, second], request_id="req_test", now=datetime.now(UTC),
+                                    ran_ahead={first.id: computed(), second.id: computed()})
+    assert [a.decision for a in admissions] == ["executed", "decided"]
+    assert admissions[1].outcome == "BUDGET_EXCEEDED"
+    async with db.connect() as conn:
+        stored = (await conn.execute(sa.select(ToolCall).where(ToolCall.tool_call_id == second.id))).one()
+        outcomes = sorted((await conn.scalars(sa.select(AuditEvent.outcome).where(AuditEvent.run_id == run_id))).all())
+    assert (stored.outcome, "result" in (stored.content or "")) == ("BUDGET_EXCEEDED", False)
+    assert outcomes == sorted(["BUDGET_EXCEEDED", OK])
+
+
+async def test_an_outcome_given_for_a_call_the_run_already_knows_is_dropped_for_the_stored_one(db, ledger):
+    run_id = await new_run(db)
+    plan = call()
+    await ledger.admit(ALICE, run_id, [plan], request_id="req_test", now=datetime.now(UTC),
+                       ran_ahead={plan.id: computed()})
+    again = call(call_id=plan.id)
+    [admission] = await ledger.admit(ALICE, run_id, [again], request_id="req_test", now=datetime.now(UTC),
+                                     ran_ahead={again.id: computed(content='{"ok":true,"result":99}')})
+    assert (admission.decision, admission.content) == ("replay", '{"ok":true,"result":3}')
+
+
+class CountingLedger(PostgresLedger):
+    """The real ledger, counting its statements of each kind."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.admits = self.records = 0
+
+    async def admit(self, *args, **kwargs):
+        self.admits += 1
+        return await super().admit(*args, **kwargs)
+
+    async def record(self, *args, **kwargs):
+        self.records += 1
+        return await super().record(*args, **kwargs)
+
+
+async def test_a_batch_of_pure_calls_costs_one_ledger_statement_and_other_tools_two(db, database_url):
+    ledger = CountingLedger(db, approval_ttl=timedelta(hours=1))
+    executor = ToolExecutor(settings=make_settings(database_url), db=db, registry=REGISTRY, ledger=ledger,
+                            metrics=Metrics())
+    try:
+        run_id = await new_run(db)
+        pure = [ToolCallRequest(id=f"c{i}", name="add", arguments=b'{"a": %d, "b": 3}' % i) for i in range(3)]
+        messages = await executor.execute(ALICE, run_id, pure, request_id="req_test")
+        assert [m.content for m in messages] == ['{"ok":true,"result":%d}' % (i + 3) for i in range(3)]
+        assert (ledger.admits, ledger.records) == (1, 0)
+        search = [ToolCallRequest(id="s1", name="search_articles", arguments=b'{"query": "x"}')]
+        reader = Principal("acme", "alice", ALICE.roles, ALICE.permissions | {"articles:read"})
+        [message] = await executor.execute(reader, run_id, search, request_id="req_test")
+        assert message.outcome == OK and (ledger.admits, ledger.records) == (2, 1)
+    finally:
+        await ledger.close()

@@ -7,11 +7,17 @@
 -- approval of a call that needs one; mark the rest executing. Every outcome decided here is
 -- audited in the same transaction.
 --
+-- A call of a pure tool (no I/O, no effects) may come with its outcome already computed
+-- ("result"): when it is admitted, that outcome is stored and audited here, so the call
+-- needs no second statement (decision 'executed'); when it is not, the result is dropped
+-- and the call is answered as any other.
+--
 -- p_batches: [{"audit": <AuditRow part: tenant_id, user_id, run_id, request_id, created_at>,
 --              "roles": [...], "stale_before": ts, "approval_expires_at": ts,
 --              "calls": [{"audit": <AuditRow part: tool_call_id, tool, arguments, arguments_sha256>,
 --                         "code", "content", "call_hash", "needs_approval", "approval_id",
---                         "arguments", "tool_cap"}]}]
+--                         "arguments", "tool_cap",
+--                         "result": {"outcome", "content", "duration_ms", "error_id"} (optional)}]}]
 -- The batch's created_at is the caller's clock: every time rule here (run expiry, approval
 -- expiry, stale calls) is decided at it, never at the database's clock.
 -- p_contents: the message content of each code the ledger decides.
@@ -49,7 +55,9 @@ DECLARE
     v_approval_status text;
     v_approval_expires timestamptz;
     v_approval_decided timestamptz;
-    v_audit jsonb := '[]'::jsonb;
+    v_result jsonb;
+    -- An array grows in place; a JSON array would be copied whole at every append.
+    v_audit jsonb[] := '{}';
 BEGIN
     o_batch := -1;
     -- The caller sorts the batches by run id, so concurrent statements lock runs in one order.
@@ -87,10 +95,15 @@ BEGIN
             o_approval_id := NULL;
             o_approval_status := NULL;
 
-            -- Claim the id first (the common case: a new call that will run); an id the run has
-            -- seen is not claimed again and is answered from what is stored.
-            INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, arguments_sha256, status, created_at)
-            VALUES (v_run_id, v_id, v_tenant_id, v_tool, v_args_sha256, 'executing', v_now)
+            v_result := v_call->'result';
+            -- Claim the id first (the common case: a new call that will run, or that ran ahead
+            -- and is stored done at once); an id the run has seen is not claimed again and is
+            -- answered from what is stored. A refusal below overwrites the stored outcome.
+            INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, arguments_sha256, status, created_at,
+                                    outcome, content, finished_at)
+            VALUES (v_run_id, v_id, v_tenant_id, v_tool, v_args_sha256,
+                    CASE WHEN v_result IS NULL THEN 'executing' ELSE 'done' END, v_now,
+                    v_result->>'outcome', v_result->>'content', CASE WHEN v_result IS NOT NULL THEN v_now END)
             ON CONFLICT (run_id, tool_call_id) DO NOTHING;
             IF NOT FOUND THEN
                 SELECT * INTO v_existing FROM tool_calls t WHERE t.run_id = v_run_id AND t.tool_call_id = v_id;
@@ -100,7 +113,7 @@ BEGIN
                     o_decision := 'decided';
                     o_outcome := 'TOOL_CALL_ID_CONFLICT';
                     o_content := p_contents->>'TOOL_CALL_ID_CONFLICT';
-                    v_audit := v_audit || jsonb_build_array(v_call_audit || jsonb_build_object(
+                    v_audit := array_append(v_audit, v_call_audit || jsonb_build_object(
                         'kind', 'tool_call_conflict', 'outcome', o_outcome,
                         'detail', jsonb_build_object('stored_tool', v_existing.tool,
                                                      'stored_arguments_sha256', v_existing.arguments_sha256)));
@@ -131,7 +144,7 @@ BEGIN
                         o_outcome := 'TOOL_CALL_IN_PROGRESS';
                     END IF;
                 END IF;
-                v_audit := v_audit || jsonb_build_array(v_call_audit || jsonb_build_object(
+                v_audit := array_append(v_audit, v_call_audit || jsonb_build_object(
                     'kind', 'tool_call_replay', 'outcome', o_outcome, 'approval_id', o_approval_id));
                 RETURN NEXT;
                 CONTINUE;
@@ -175,8 +188,17 @@ BEGIN
                         o_decision := 'decided';
                         o_outcome := 'APPROVAL_REQUIRED';
                         o_approval_status := 'pending';
-                        v_audit := v_audit || jsonb_build_array(v_call_audit || jsonb_build_object(
+                        v_audit := array_append(v_audit, v_call_audit || jsonb_build_object(
                             'kind', 'tool_call', 'outcome', o_outcome, 'approval_id', o_approval_id));
+                        RETURN NEXT;
+                        CONTINUE;
+                    ELSIF v_result IS NOT NULL THEN
+                        -- Ran ahead: its outcome is stored (by the claim above) and audited now.
+                        o_decision := 'executed';
+                        o_outcome := v_result->>'outcome';
+                        v_audit := array_append(v_audit, v_call_audit || jsonb_build_object(
+                            'kind', 'tool_call', 'outcome', o_outcome, 'duration_ms', v_result->'duration_ms',
+                            'error_id', v_result->'error_id'));
                         RETURN NEXT;
                         CONTINUE;
                     ELSE
@@ -195,7 +217,7 @@ BEGIN
              WHERE run_id = v_run_id AND tool_call_id = v_id;
             o_decision := 'decided';
             o_outcome := v_code;
-            v_audit := v_audit || jsonb_build_array(v_call_audit || jsonb_build_object(
+            v_audit := array_append(v_audit, v_call_audit || jsonb_build_object(
                 'kind', 'tool_call', 'outcome', o_outcome));
             RETURN NEXT;
         END LOOP;
@@ -204,8 +226,8 @@ BEGIN
             UPDATE runs SET used_tool_calls = v_used WHERE id = v_run_id;
         END IF;
     END LOOP;
-    IF jsonb_array_length(v_audit) > 0 THEN
-        PERFORM gateway_append_audit(v_audit);
+    IF cardinality(v_audit) > 0 THEN
+        PERFORM gateway_append_audit(to_jsonb(v_audit));
     END IF;
 END;
 $fn$;

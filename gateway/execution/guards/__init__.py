@@ -51,6 +51,7 @@ from gateway.execution.results import error_content
 
 if TYPE_CHECKING:
     from gateway.execution.checks import CallPlan
+    from gateway.execution.runner import CallOutcome
 
 GUARDS: tuple[Guard, ...] = (
     exists.GUARD,
@@ -78,9 +79,10 @@ ADMISSION_CONTENTS: dict[str, str] = {
 ``gateway_admit_calls``): the admission guards' own, and a reused id's conflict."""
 
 
-def admission_payload(plan: CallPlan) -> dict[str, Any]:
+def admission_payload(plan: CallPlan, ran_ahead: CallOutcome | None = None) -> dict[str, Any]:
     """One call's part of the admission statement: what every call carries, then a refused
-    call's stored answer, or each admission guard's inputs."""
+    call's stored answer, or each admission guard's inputs (and the outcome of a pure call
+    that ran ahead, stored if it is admitted)."""
     payload: dict[str, Any] = {
         "audit": audit_json(
             tool_call_id=plan.id,
@@ -95,6 +97,13 @@ def admission_payload(plan: CallPlan) -> dict[str, Any]:
     else:
         for contribute in CONTRIBUTES:
             contribute(plan, payload)
+        if ran_ahead is not None:
+            payload["result"] = {
+                "outcome": ran_ahead.outcome,
+                "content": ran_ahead.content,
+                "duration_ms": ran_ahead.duration_ms,
+                "error_id": ran_ahead.error_id,
+            }
     return payload
 
 
