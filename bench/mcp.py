@@ -21,6 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
@@ -50,6 +52,7 @@ def main() -> int:
                 return common.wrk(url, "mcp_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
                                   connections=args.connections, duration=args.duration)
 
+            check_mcp_call(url, token, runs[0])
             print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
             rest("w")
             mcp("w")
@@ -69,6 +72,19 @@ def main() -> int:
             return 0
         finally:
             common.stop(processes)
+
+
+def check_mcp_call(url: str, token: str, run_id: str) -> None:
+    """The load's request executes (a refusal would be a 200 too, and measure nothing)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+            "gateway/run_id": run_id}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json", "MCP-Protocol-Version": "2026-07-28",
+               "Mcp-Method": "tools/call", "Mcp-Name": "add"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": meta}}
+    answer = httpx.post(f"{url}/mcp", json=body, headers=headers, timeout=30).json()
+    if answer.get("result", {}).get("structuredContent") != {"result": 3}:
+        raise RuntimeError(f"the MCP call did not execute: {answer}")
 
 
 def report(rest: list[Sample], mcp: list[Sample]) -> None:
