@@ -324,3 +324,26 @@ async def test_the_metadata_exclusion_is_anchored():
 async def test_options_on_mcp_needs_a_token(client):
     response = await client.options("/mcp")
     assert response.status_code == 401
+
+
+# --- listing and auditing -------------------------------------------------------------------------
+
+
+async def test_tools_list_is_byte_stable_and_lists_what_the_rest_api_lists(client):
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    first, second = await post(client, body), await post(client, body)
+    assert first.content == second.content
+    listed = [tool["name"] for tool in first.json()["result"]["tools"]]
+    rest = [tool["function"]["name"] for tool in (await client.get("/v1/tools", headers=ALICE)).json()["tools"]]
+    assert listed == rest
+
+
+async def test_every_refused_call_is_audited_with_its_request_id(client, database_url):
+    session = await initialize(client)
+    response = await post(
+        client, call(name="create_article", arguments={"title": "t", "body": "b"}), {**LEGACY, "Mcp-Session-Id": session}
+    )
+    assert response.json()["result"]["structuredContent"]["code"] == "PERMISSION_DENIED"
+    (row,) = [r for r in await db.audit_rows(database_url, run_id=session) if r.kind == "tool_call"]
+    assert row.outcome == "PERMISSION_DENIED" and row.request_id == response.headers["x-request-id"]
+    assert row.tool == "create_article" and row.tool_call_id.startswith("mcp_")
