@@ -175,7 +175,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     directory=directory,
                 ),
                 mcp=McpServer(
-                    settings=settings, registry=tools, executor=executor, runs=McpRuns(db=db, runs=runs)
+                    settings=settings, registry=tools, executor=executor, ledger=ledger, runs=McpRuns(db=db, runs=runs)
                 ),
             )
         )

@@ -202,7 +202,12 @@ async def test_bad_tool_call_params_are_invalid_params(client, params, database_
     session = await initialize(client)
     response = await post(client, call(**params), {**LEGACY, "Mcp-Session-Id": session})
     assert_rpc_error(response, -32602, 400, request_id=7)
-    assert [r for r in await db.audit_rows(database_url) if r.kind == "tool_call"] == []
+    rows = await db.audit_rows(database_url, run_id=session)
+    assert [r for r in rows if r.kind == "tool_call"] == []
+    if "_meta" not in params:  # the run is known: the refusal is audited against it, as REST does
+        (row,) = rows
+        assert (row.kind, row.outcome) == ("protocol_rejection", "INVALID_TOOL_CALL")
+        assert row.request_id == response.headers["x-request-id"]
 
 
 async def test_a_call_without_a_session_or_run_is_refused(client):

@@ -20,6 +20,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -30,6 +31,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from gateway.auth.principal import Principal
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
+from gateway.execution.ledger import Ledger, RunNotFound
 from gateway.execution.policy import needs_approval
 from gateway.execution.protocol import MAX_TOOL_NAME_LENGTH, ToolCallRequest
 from gateway.execution.results import error_detail
@@ -110,8 +112,9 @@ def error_answer(error: JsonRpcError, headers: dict[str, str] | None = None) -> 
 
 class McpServer:
     def __init__(
-        self, *, settings: Settings, registry: ToolRegistry, executor: ToolExecutor, runs: McpRuns
+        self, *, settings: Settings, registry: ToolRegistry, executor: ToolExecutor, ledger: Ledger, runs: McpRuns
     ) -> None:
+        self._ledger = ledger
         self._max_depth = settings.requests.max_json_depth
         self._registry = registry
         self._executor = executor
@@ -183,39 +186,23 @@ class McpServer:
     async def _call_tool(
         self, params: dict[str, Any], exchange: Exchange, *, modern: bool, session: str | None
     ) -> dict[str, Any]:
+        principal = exchange.principal
+        run_id, from_session = await self._run_of(params, exchange, modern=modern, session=session)
+        if len(run_id) > 128 or not is_storable(run_id):
+            return error_result(error_detail(ErrorCode.NOT_FOUND, "No such run."))
         name = params.get("name")
-        if not isinstance(name, str) or not name.strip() or len(name) > MAX_TOOL_NAME_LENGTH:
-            raise JsonRpcError(INVALID_PARAMS, 'Invalid params: "name" must be a tool name.')
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
-        if not isinstance(arguments, dict):
-            raise JsonRpcError(INVALID_PARAMS, 'Invalid params: "arguments" must be an object.')
-        meta = params.get("_meta")
-        if meta is not None and not isinstance(meta, dict):
-            raise JsonRpcError(INVALID_PARAMS, 'Invalid params: "_meta" must be an object.')
-        named_run = meta.get(RUN_ID_META_KEY) if meta else None
-        if named_run is not None and not isinstance(named_run, str):
-            raise JsonRpcError(INVALID_PARAMS, f'Invalid params: "_meta.{RUN_ID_META_KEY}" must be a string.')
-        principal = exchange.principal
-        from_session = False
-        if named_run is not None:
-            run_id = named_run
-        elif modern:
-            try:
-                run_id = await self._runs.token_run(principal, exchange.token)
-            except ValueError:
-                raise JsonRpcError(INVALID_REQUEST, "The bearer token names no run.") from None
-        elif session is not None:
-            if not SESSION_ID.match(session):
-                raise JsonRpcError(INVALID_REQUEST, "Session not found.", status=404)
-            run_id, from_session = session, True
-        else:
-            raise JsonRpcError(
-                INVALID_REQUEST, f"Missing session: send initialize first, or name a run in _meta.{RUN_ID_META_KEY}."
-            )
-        if len(run_id) > 128 or not is_storable(run_id):
-            return error_result(error_detail(ErrorCode.NOT_FOUND, "No such run."))
+        problem = None
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_TOOL_NAME_LENGTH:
+            problem = 'Invalid params: "name" must be a tool name.'
+        elif not isinstance(arguments, dict):
+            problem = 'Invalid params: "arguments" must be an object.'
+        if problem is not None:
+            await self._audit_refusal(principal, run_id, problem, exchange.request_id)
+            raise JsonRpcError(INVALID_PARAMS, problem)
+        assert isinstance(name, str)
         raw = msgspec.json.encode(arguments)
         call = ToolCallRequest(id=self._call_id(principal, name, raw), name=name, arguments=raw)
         exchange.timer.begin()
@@ -228,6 +215,41 @@ class McpServer:
                 raise JsonRpcError(INVALID_REQUEST, "Session not found.", status=404) from None
             return error_result(error_detail(exc.code, exc.message))
         return call_result(message)
+
+    async def _run_of(
+        self, params: dict[str, Any], exchange: Exchange, *, modern: bool, session: str | None
+    ) -> tuple[str, bool]:
+        """The run the call counts against, and whether it is the session's."""
+        meta = params.get("_meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise JsonRpcError(INVALID_PARAMS, 'Invalid params: "_meta" must be an object.')
+        named_run = meta.get(RUN_ID_META_KEY) if meta else None
+        if named_run is not None:
+            if not isinstance(named_run, str):
+                raise JsonRpcError(INVALID_PARAMS, f'Invalid params: "_meta.{RUN_ID_META_KEY}" must be a string.')
+            return named_run, False
+        if modern:
+            try:
+                return await self._runs.token_run(exchange.principal, exchange.token), False
+            except ValueError:
+                raise JsonRpcError(INVALID_REQUEST, "The bearer token names no run.") from None
+        if session is not None:
+            if not SESSION_ID.match(session):
+                raise JsonRpcError(INVALID_REQUEST, "Session not found.", status=404)
+            return session, True
+        raise JsonRpcError(
+            INVALID_REQUEST, f"Missing session: send initialize first, or name a run in _meta.{RUN_ID_META_KEY}."
+        )
+
+    async def _audit_refusal(self, principal: Principal, run_id: str, problem: str, request_id: str | None) -> None:
+        """A call too malformed to run is audited against its run, as the REST route audits a
+        refused batch (nothing is stored when the run is not the caller's)."""
+        try:
+            await self._ledger.reject_batch(
+                principal, run_id, ErrorCode.INVALID_TOOL_CALL, problem, request_id=request_id, now=datetime.now(UTC)
+            )
+        except RunNotFound:
+            pass
 
     def _call_id(self, principal: Principal, name: str, raw: bytes) -> str:
         """Derived from the call when it needs approval (the same call answers the same approval),
