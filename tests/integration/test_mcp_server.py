@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import jwt
 import pytest
 import sqlalchemy as sa
 from mcp import Client
@@ -203,7 +204,10 @@ async def test_a_tokens_default_run_is_one_whichever_process_answers(pair, fleet
     runs = {r.run_id for r in rows if r.arguments and r.arguments.get("a") == marker}
     assert len(runs) == 1
     (run_id,) = runs
-    assert (await run_row(fleet_database, run_id)).used_tool_calls == 3
+    run = await run_row(fleet_database, run_id)
+    assert run.used_tool_calls == 3
+    token_expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    assert run.expires_at.timestamp() <= token_expires  # the default run expires with its token
 
 
 async def test_a_session_opened_on_one_process_is_served_by_the_other(pair, fleet_database):
