@@ -30,7 +30,9 @@ from gateway.api.dependencies import service_providers
 from gateway.api.errors import exception_handlers
 from gateway.api.docs import DocsRenderPlugin
 from gateway.api.health import Readiness, healthz, healthz_head, readyz, readyz_head
+from gateway.api.mcp import mcp_delete, mcp_get, mcp_post
 from gateway.api.metrics import DatabaseGauges, MetricsExposition, scrape_metrics
+from gateway.api.oauth_metadata import gateway_resource_metadata, mcp_resource_metadata
 from gateway.api.openapi import ContractJsonRenderPlugin, StrictDocument
 from gateway.api.jwks import public_keys
 from gateway.api.runs import RunController
@@ -50,6 +52,8 @@ from gateway.execution.ledger import create_ledger
 from gateway.execution.policy import longest_timeout_s
 from gateway.execution.runs import RunService
 from gateway.llm.providers import ModelProviders
+from gateway.mcp.server.handler import McpServer
+from gateway.mcp.server.runs import McpRuns
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
@@ -170,6 +174,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     providers=ModelProviders(settings, http, metrics),
                     directory=directory,
                 ),
+                mcp=McpServer(
+                    settings=settings, registry=tools, executor=executor, ledger=ledger, runs=McpRuns(db=db, runs=runs)
+                ),
             )
         )
         sealer.start()
@@ -213,6 +220,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             TenantAdminController,
             AuditController,
             ChatController,
+            mcp_post,
+            mcp_get,
+            mcp_delete,
+            gateway_resource_metadata,
+            mcp_resource_metadata,
         ],
         middleware=[
             # OPTIONS too: CORS is off, so there is no preflight to let through, and an

@@ -29,6 +29,7 @@ from gateway.db.engine import Database
 from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.runs import RunService
+from gateway.mcp.server.handler import McpServer
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit.limiter import RateLimiter
 from gateway.settings import Settings
@@ -61,6 +62,7 @@ class Services:
     rate_limiter: RateLimiter | None
     audit_exports: ExportSlots
     agent: AgentService
+    mcp: McpServer
 
 
 class ServicesSlot:

@@ -12,6 +12,7 @@ from gateway.auth.directory import TenantDirectory
 from gateway.auth.tokens import InvalidToken, TokenVerifier
 from gateway.errors import ErrorCode, GatewayError
 from gateway.logging import bind_request
+from gateway.mcp.server.metadata import MCP_PATH, bearer_challenge
 from gateway.observability.timing import AUTH, timer_of
 
 if TYPE_CHECKING:  # the services import the API, which imports PUBLIC_PATHS from here
@@ -23,11 +24,24 @@ log = structlog.get_logger("gateway.auth")
 
 # Anchored: Litestar matches these anywhere in the path, so "/healthz" alone would also
 # unprotect "/v1/anything/healthz".
-PUBLIC_PATHS = [r"^/healthz$", r"^/readyz$", r"^/metrics$", r"^/schema(/.*)?$", r"^/\.well-known/jwks\.json$"]
+PUBLIC_PATHS = [
+    r"^/healthz$",
+    r"^/readyz$",
+    r"^/metrics$",
+    r"^/schema(/.*)?$",
+    r"^/\.well-known/jwks\.json$",
+    r"^/\.well-known/oauth-protected-resource(/mcp)?$",
+]
 
 
-def unauthenticated() -> GatewayError:
-    return GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": 'Bearer realm="gateway"'})
+def unauthenticated(connection: ASGIConnection | None = None) -> GatewayError:
+    """The 401; on the MCP endpoint its challenge names the resource metadata (RFC 9728), where
+    an MCP client learns which authorization server issues the tokens."""
+    if connection is not None and connection.scope["path"] == MCP_PATH:
+        challenge = bearer_challenge(str(connection.base_url))
+    else:
+        challenge = 'Bearer realm="gateway"'
+    return GatewayError(ErrorCode.UNAUTHENTICATED, headers={"WWW-Authenticate": challenge})
 
 
 def _authorization_header(headers: list[tuple[bytes, bytes]]) -> str:
@@ -60,7 +74,7 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             log.info("authentication_failed", reason="missing_bearer")
-            raise unauthenticated()
+            raise unauthenticated(connection)
         services = self._services.services
         verifier: TokenVerifier = services.token_verifier
         directory: TenantDirectory = services.tenant_directory
@@ -71,13 +85,13 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
                 claims = await verifier.verify(token)
             except InvalidToken as exc:
                 log.info("authentication_failed", reason=exc.reason)
-                raise unauthenticated() from None
+                raise unauthenticated(connection) from None
         principal = directory.cached_principal(claims.tenant_id, claims.sub, claims.roles)
         if principal is None:
             principal = await directory.principal(claims.tenant_id, claims.sub, claims.roles)
         if principal is None:
             log.info("authentication_failed", reason="unknown_tenant")
-            raise unauthenticated()
+            raise unauthenticated(connection)
         if directory.is_disabled(principal.tenant_id):
             log.info("tenant_disabled", tenant=principal.tenant_id)
             raise GatewayError(ErrorCode.TENANT_DISABLED)

@@ -134,6 +134,20 @@ class RunCallCount(Base):
     count: Mapped[int] = mapped_column(sa.Integer)
 
 
+class McpTokenRun(Base):
+    """The default run of an MCP caller without a session (protocol 2026-07-28): one per
+    tenant, user and token (its ``jti``, or the sha256 of the token), expiring with the token."""
+
+    __tablename__ = "mcp_token_runs"
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    token_key: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 class ToolCall(Base):
     """One tool_call_id of a run and what was answered for it, so a retried batch is
     answered from here instead of executing again."""
