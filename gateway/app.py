@@ -37,6 +37,7 @@ from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
 from gateway.audit.export import ExportSlots
+from gateway.console import CONSOLE_PATHS, console_routers
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.jwks import JwksCache
@@ -213,12 +214,13 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             TenantAdminController,
             AuditController,
             ChatController,
+            *console_routers(),
         ],
         middleware=[
             # OPTIONS too: CORS is off, so there is no preflight to let through, and an
             # unauthenticated OPTIONS must not reach a guard that needs a caller.
             DefineMiddleware(
-                JWTAuthenticationMiddleware, services=slot, exclude=PUBLIC_PATHS, exclude_http_methods=()
+                JWTAuthenticationMiddleware, services=slot, exclude=[*PUBLIC_PATHS, CONSOLE_PATHS], exclude_http_methods=()
             ),
             *([DefineMiddleware(RateLimitMiddleware, services=slot)] if settings.rate_limits.enabled else []),
         ],

@@ -1,0 +1,109 @@
+"""Signing in and out of the console.
+
+Without an OpenID Connect provider the sign-in page takes a token (development and demo):
+it goes through the same ``TokenVerifier`` and tenant directory as a bearer token on the
+API, is used once to start a session, and is never stored, echoed or put in a URL. The
+sign-in form carries its own CSRF token, bound to a short-lived cookie of the sign-in page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
+
+from gateway.auth.tokens import InvalidToken
+from gateway.console.sessions import new_secret, well_formed
+from gateway.console.web import (
+    COOKIE,
+    PREFIX,
+    SIGN_IN,
+    checked_form,
+    cleared_cookie,
+    page,
+    redirect,
+    secure_cookie,
+    services_of,
+    session_cookie,
+    session_store,
+    signed_in,
+    SignInRequired,
+)
+
+log = structlog.get_logger("gateway.console")
+
+SIGN_IN_COOKIE = "gateway_console_sign_in"
+SIGN_IN_FORM_S = 900
+
+
+def sign_in_cookie(request: Request[Any, Any, Any], value: str, *, max_age: int = SIGN_IN_FORM_S) -> Cookie:
+    return Cookie(key=SIGN_IN_COOKIE, value=value, path=PREFIX, httponly=True, samesite="strict",
+                  secure=secure_cookie(request, services_of(request)), max_age=max_age)
+
+
+def sign_in_page(request: Request[Any, Any, Any], *, status: int = 200, error: str | None = None) -> Response[str]:
+    services = services_of(request)
+    value = new_secret()
+    return page(
+        "sign_in.html", status=status, error=error, form_token=value, oidc=services.settings.oidc.enabled,
+        cookies=[sign_in_cookie(request, value)],
+    )
+
+
+async def start_session(request: Request[Any, Any, Any], *, tenant_id: str, user_id: str, roles: list[str]) -> Response[Any]:
+    services = services_of(request)
+    value, _ = await session_store(services).create(tenant_id=tenant_id, user_id=user_id, roles=roles)
+    log.info("console_signed_in", tenant=tenant_id, user=user_id)
+    max_age = services.settings.console.session_max_s
+    return redirect(
+        f"{PREFIX}/approvals",
+        cookies=[session_cookie(request, services, value, max_age=max_age), sign_in_cookie(request, "", max_age=0)],
+    )
+
+
+@get("/", include_in_schema=False)
+async def console_home(request: Request) -> Response[Any]:
+    try:
+        await signed_in(request)
+    except SignInRequired:
+        return redirect(SIGN_IN)
+    return redirect(f"{PREFIX}/approvals")
+
+
+@get("/sign-in", include_in_schema=False)
+async def sign_in_form(request: Request) -> Response[str]:
+    return sign_in_page(request)
+
+
+@post("/sign-in", include_in_schema=False, status_code=303)
+async def sign_in_with_token(request: Request) -> Response[Any]:
+    cookie = request.cookies.get(SIGN_IN_COOKIE)
+    fields = await checked_form(request, cookie if well_formed(cookie) else None)
+    token = fields.get("token", "").strip()
+    services = services_of(request)
+    if not token:
+        return sign_in_page(request, status=400, error="Paste your token to sign in.")
+    try:
+        claims = await services.token_verifier.verify(token)
+    except InvalidToken as exc:
+        log.info("console_sign_in_refused", reason=exc.reason)
+        return sign_in_page(request, status=401, error="This token was not accepted (expired, badly signed or "
+                            "not for this gateway).")
+    directory = services.tenant_directory
+    principal = await directory.principal(claims.tenant_id, claims.sub, claims.roles)
+    if principal is None or directory.is_disabled(principal.tenant_id):
+        log.info("console_sign_in_refused", reason="unknown_or_disabled_tenant")
+        return sign_in_page(request, status=401, error="This token's tenant is unknown or disabled.")
+    return await start_session(request, tenant_id=claims.tenant_id, user_id=claims.sub, roles=list(claims.roles))
+
+
+@post("/sign-out", include_in_schema=False, status_code=303)
+async def sign_out(request: Request) -> Response[Any]:
+    me = await signed_in(request)
+    await checked_form(request, me.csrf_token)
+    services = services_of(request)
+    await session_store(services).end(request.cookies.get(COOKIE))
+    log.info("console_signed_out", tenant=me.principal.tenant_id, user=me.principal.user_id)
+    return redirect(SIGN_IN, cookies=[cleared_cookie(request, services)])
