@@ -4,8 +4,10 @@ refusals a browser can meet."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,8 +29,6 @@ def create_article_approval(gateway: GatewayProcess, title: str) -> str:
                 "function": {"name": "create_article", "arguments": f'{{"title": "{title}", "body": "Text of {title}"}}'}}
         answer = client.post(f"/v1/runs/{run.json()['id']}/tool-calls", json={"tool_calls": [call]}, headers=BOB)
         assert answer.status_code == 200, answer.text
-        import json
-
         content = json.loads(answer.json()["messages"][0]["content"])
         assert content["error"]["code"] == "APPROVAL_REQUIRED", content
         return str(content["error"]["approval_id"])
@@ -124,3 +124,29 @@ def test_the_approvals_page_is_usable_375_pixels_wide(page: Page, gateway: Gatew
     assert overflow <= 0
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+
+def test_the_audit_page_filters_and_exports(context: BrowserContext, page: Page, gateway: GatewayProcess) -> None:
+    approval_id = create_article_approval(gateway, "Audited " + uuid.uuid4().hex[:6])
+    other_id = create_article_approval(gateway, "Other " + uuid.uuid4().hex[:6])
+    sign_in(page, gateway)
+    page.goto(f"{gateway.url}/console/approvals/{approval_id}")
+    page.get_by_label("Reason for rejecting").fill("audit me")
+    page.get_by_role("button", name="Reject").click()
+    page.get_by_role("link", name="Audit").click()
+    page.get_by_label("Approval id").fill(approval_id)
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("#audit-rows tbody tr")
+    expect(rows.first).to_contain_text("approval_decision")
+    expect(page.locator("#audit-rows")).to_contain_text(approval_id)
+    expect(page.locator("#audit-rows")).not_to_contain_text(other_id)
+    with page.expect_download() as download:
+        page.get_by_role("link", name="JSON Lines").click()
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines and all(json.loads(line)["approval_id"] == approval_id for line in lines)
+    with page.expect_download() as csv_download:
+        page.get_by_role("link", name="CSV").click()
+    csv_text = Path(csv_download.value.path()).read_text()
+    assert csv_text.startswith("id,") and approval_id in csv_text and other_id not in csv_text
+    page.get_by_role("link", name="Verify this tenant's audit chain").click()
+    expect(page.locator("#verify-result")).to_contain_text("tenant acme: OK")
