@@ -6,7 +6,7 @@ from __future__ import annotations
 from litestar import Router
 from litestar.static_files import create_static_files_router
 
-from gateway.console import approvals, audit, signin
+from gateway.console import approvals, audit, signin, tenant
 from gateway.console.links import console_url
 from gateway.console.web import EXCEPTION_HANDLERS, PREFIX, STATIC
 
@@ -26,6 +26,7 @@ def console_routers() -> list[Router]:
             signin.sign_out,
             *approvals.HANDLERS,
             *audit.HANDLERS,
+            *tenant.HANDLERS,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         include_in_schema=False,
