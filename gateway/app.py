@@ -37,7 +37,8 @@ from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
 from gateway.audit.export import ExportSlots
-from gateway.console import CONSOLE_PATHS, console_routers
+from gateway.console.routes import CONSOLE_PATHS, console_routers
+from gateway.console.oidc import OidcClient
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.jwks import JwksCache
@@ -171,6 +172,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     providers=ModelProviders(settings, http, metrics),
                     directory=directory,
                 ),
+                console_oidc=OidcClient(settings, db, http) if settings.oidc.enabled else None,
             )
         )
         sealer.start()

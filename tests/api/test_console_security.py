@@ -10,7 +10,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from gateway.app import create_app
-from gateway.console import CONSOLE_PATHS
+from gateway.console.routes import CONSOLE_PATHS
 from tests.support import db
 from tests.support.app import make_settings
 from tests.support.approvals import request_approval
