@@ -37,7 +37,7 @@ from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
 from gateway.audit.export import ExportSlots
-from gateway.console.routes import CONSOLE_PATHS, console_routers
+from gateway.console.routes import console_routers
 from gateway.console.oidc import OidcClient
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
@@ -222,7 +222,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             # OPTIONS too: CORS is off, so there is no preflight to let through, and an
             # unauthenticated OPTIONS must not reach a guard that needs a caller.
             DefineMiddleware(
-                JWTAuthenticationMiddleware, services=slot, exclude=[*PUBLIC_PATHS, CONSOLE_PATHS], exclude_http_methods=()
+                JWTAuthenticationMiddleware, services=slot, exclude=PUBLIC_PATHS, exclude_http_methods=()
             ),
             *([DefineMiddleware(RateLimitMiddleware, services=slot)] if settings.rate_limits.enabled else []),
         ],

@@ -23,7 +23,11 @@ log = structlog.get_logger("gateway.auth")
 
 # Anchored: Litestar matches these anywhere in the path, so "/healthz" alone would also
 # unprotect "/v1/anything/healthz".
-PUBLIC_PATHS = [r"^/healthz$", r"^/readyz$", r"^/metrics$", r"^/schema(/.*)?$", r"^/\.well-known/jwks\.json$"]
+CONSOLE_PATHS = r"^/console(/|$)"
+"""The console's pages authenticate with its own cookie session (gateway.console.web), not a bearer token."""
+PUBLIC_PATHS = [
+    r"^/healthz$", r"^/readyz$", r"^/metrics$", r"^/schema(/.*)?$", r"^/\.well-known/jwks\.json$", CONSOLE_PATHS
+]
 
 
 def unauthenticated() -> GatewayError:

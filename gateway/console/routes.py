@@ -6,13 +6,12 @@ from __future__ import annotations
 from litestar import Router
 from litestar.static_files import create_static_files_router
 
+from gateway.auth.middleware import CONSOLE_PATHS
 from gateway.console import approvals, audit, signin, tenant
 from gateway.console.web import EXCEPTION_HANDLERS, PREFIX, STATIC
 
 __all__ = ["CONSOLE_PATHS", "console_routers"]
 
-CONSOLE_PATHS = r"^/console(/|$)"
-"""Anchored: what the bearer-token middleware leaves to the console's own session check."""
 
 
 def console_routers() -> list[Router]:
