@@ -18,6 +18,7 @@ from litestar.exceptions import HTTPException, NotAuthorizedException, Validatio
 from litestar.response import Redirect
 
 from gateway.api.context import request_id_of
+from gateway.api.errors import is_database_unavailable
 from gateway.auth.principal import Principal
 from gateway.console.sessions import ConsoleSessionRecord, SessionStore
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
@@ -193,6 +194,13 @@ def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Re
 
 def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[str]:
     error_id = new_error_id()
+    try:
+        if is_database_unavailable(exc):
+            log.warning("database_unavailable", error_id=error_id, error_type=type(exc).__name__)
+            return problem_page(503, "Unavailable", ERRORS[ErrorCode.SERVICE_UNAVAILABLE].message, error_id=error_id,
+                                request_id=request_id_of(request.scope))
+    except Exception:  # noqa: BLE001, S110 - looking at the exception failed: it is an internal error
+        pass
     try:
         log.error("console_unexpected_error", error_id=error_id, path=request.scope.get("path"), exc_info=exc)
     except Exception:  # noqa: BLE001, S110 - logging failed; the page still answers

@@ -190,3 +190,17 @@ async def test_another_tenants_approval_cannot_be_decided(pg_client, seeded_pg_u
     response = await pg_client.post(f"/console/approvals/{pending}/approve", data={"csrf_token": csrf})
     assert response.status_code == 404 and "Not found" in response.text
     assert await status_of(seeded_pg_url, pending) == "pending"
+
+
+async def test_an_unreachable_database_is_a_503_page_that_leaks_nothing():
+    from tests.support.loopback import free_port
+
+    url = f"postgresql+asyncpg://gateway:pw@127.0.0.1:{free_port()}/gateway"
+    app = create_app(make_settings(url, database_pool_timeout_s=1.0))
+    async with AsyncTestClient(app=app) as client:
+        client.follow_redirects = False
+        client.cookies.set("gateway_console", "a" * 43, path="/console")
+        response = await client.get("/console/approvals")
+        assert response.status_code == 503 and "text/html" in response.headers["content-type"]
+        assert "127.0.0.1" not in response.text and "gateway:pw" not in response.text
+        assert_secure_headers(response)
