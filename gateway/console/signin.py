@@ -62,7 +62,9 @@ async def start_session(
     request: Request[Any, Any, Any], *, tenant_id: str, user_id: str, roles: list[str], via: str = "token"
 ) -> Response[Any]:
     services = services_of(request)
-    value, _ = await session_store(services).create(tenant_id=tenant_id, user_id=user_id, roles=roles)
+    store = session_store(services)
+    await store.end(request.cookies.get(COOKIE))  # a browser signing in again leaves no session behind
+    value, _ = await store.create(tenant_id=tenant_id, user_id=user_id, roles=roles)
     log.info("console_signed_in", tenant=tenant_id, user=user_id, via=via)
     max_age = services.settings.console.session_max_s
     cookies = [session_cookie(request, services, value, max_age=max_age), sign_in_cookie(request, "", max_age=0)]

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.support.processes import GatewayProcess
