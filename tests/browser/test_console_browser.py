@@ -149,3 +149,14 @@ def test_the_audit_page_filters_and_exports(context: BrowserContext, page: Page,
     assert csv_text.startswith("id,") and approval_id in csv_text and other_id not in csv_text
     page.get_by_role("link", name="Verify this tenant's audit chain").click()
     expect(page.locator("#verify-result")).to_contain_text("tenant acme: OK")
+
+
+def test_the_tenant_page_changes_a_tool_policy_through_the_admin_service(page: Page, gateway: GatewayProcess) -> None:
+    sign_in(page, gateway)
+    page.get_by_role("link", name="Tenant").click()
+    row = page.locator('tr[data-tool="multiply"]')
+    row.get_by_label("Approval").select_option("always")
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator('tr[data-tool="multiply"]')).to_contain_text("(customised)")
+    policy = httpx.get(f"{gateway.url}/v1/admin/tools/multiply", headers=auth_for("carol"), timeout=10).json()["policy"]
+    assert policy["approval_mode"] == "always" and policy["enabled"] is True
