@@ -39,6 +39,8 @@ from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
 from gateway.audit.export import ExportSlots
+from gateway.console.routes import console_routers
+from gateway.console.oidc import OidcClient
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.jwks import JwksCache
@@ -177,6 +179,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 mcp=McpServer(
                     settings=settings, registry=tools, executor=executor, ledger=ledger, runs=McpRuns(db=db, runs=runs)
                 ),
+                console_oidc=OidcClient(settings, db, http) if settings.oidc.enabled else None,
             )
         )
         sealer.start()
@@ -225,6 +228,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             mcp_delete,
             gateway_resource_metadata,
             mcp_resource_metadata,
+            *console_routers(),
         ],
         middleware=[
             # OPTIONS too: CORS is off, so there is no preflight to let through, and an

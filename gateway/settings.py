@@ -26,7 +26,7 @@ from gateway.text import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_CEILING
 
 ENV_PREFIX = "GATEWAY_"
 DEFAULT_PROVIDER = "default"
-SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key", "metrics_token"})
+SECRET_FIELDS = frozenset({"jwt_secret", "llm_api_key", "service_signing_key", "metrics_token", "oidc_client_secret"})
 DEFAULT_EMBEDDED_DATA_DIR = ".gateway/postgres"
 
 HTTP_URL = "^https?://"
@@ -271,6 +271,31 @@ class MetricsSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     tenant_labels: bool = True
 
 
+class ConsoleSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The approver's console (``/console/``): how long its sessions live and when their cookie is ``Secure``."""
+
+    env_prefix = "console_"
+
+    session_idle_s: AtLeast1 = 1800
+    session_max_s: AtLeast1 = 43_200
+    secure_cookie: Literal["auto", "always", "never"] = "auto"
+
+
+class OidcSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The OpenID Connect provider the console signs users in with (authorization code + PKCE)."""
+
+    env_prefix = "oidc_"
+
+    issuer: HttpUrl | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    timeout_s: Positive = 5.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.issuer is not None and bool(self.client_id)
+
+
 def _group(kind: type[Group]) -> Any:
     return msgspec.field(default_factory=kind)
 
@@ -296,6 +321,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     server: ServerSettings = _group(ServerSettings)
     rate_limits: RateLimitSettings = _group(RateLimitSettings)
     metrics: MetricsSettings = _group(MetricsSettings)
+    console: ConsoleSettings = _group(ConsoleSettings)
+    oidc: OidcSettings = _group(OidcSettings)
 
     def __post_init__(self) -> None:
         for name, group in self.groups():
@@ -319,6 +346,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 )
         if self.metrics.token is not None and len(self.metrics.token.encode()) < 16:
             raise SettingsError("GATEWAY_METRICS_TOKEN must be at least 16 bytes")
+        if self.oidc.issuer is not None and not self.oidc.client_id:
+            raise SettingsError("GATEWAY_OIDC_CLIENT_ID must be set with GATEWAY_OIDC_ISSUER")
         if self.llm.base_url is not None and not self.llm.model:
             raise SettingsError("GATEWAY_LLM_MODEL must be set with GATEWAY_LLM_BASE_URL")
         names = {DEFAULT_PROVIDER} if self.llm.base_url is not None else set()
@@ -613,6 +642,15 @@ FIELD_DOCS: dict[str, str] = {
     "Prometheus' `authorization` setting); otherwise anyone who reaches the route may scrape.",
     "metrics_tenant_labels": "`false`: metrics carry no tenant label (`gateway_approvals_pending` is one sum), "
     "so a scrape does not list the tenants.",
+    "console_session_idle_s": "Console: seconds a session may go unused before it ends (sign in again).",
+    "console_session_max_s": "Console: seconds after sign-in a session ends however much it is used.",
+    "console_secure_cookie": "Console: `auto` marks the session cookie `Secure` when the request came over HTTPS; "
+    "`always` (behind a TLS-terminating proxy) or `never`.",
+    "oidc_issuer": "Console sign-in: the OpenID Connect issuer; its discovery document "
+    "(`/.well-known/openid-configuration`) gives the endpoints and keys. Unset: sign-in with a token.",
+    "oidc_client_id": "Console sign-in: the client id registered with the issuer (the ID token's `aud`).",
+    "oidc_client_secret": "Console sign-in: the client secret, sent to the token endpoint; never logged.",
+    "oidc_timeout_s": "Console sign-in: timeout of each request to the OpenID Connect provider, in seconds.",
 }
 
 

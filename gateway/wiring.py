@@ -25,6 +25,7 @@ from gateway.api.schemas import Jwks
 from gateway.audit.export import ExportSlots
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.tokens import TokenVerifier
+from gateway.console.oidc import OidcClient
 from gateway.db.engine import Database
 from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
@@ -63,6 +64,8 @@ class Services:
     audit_exports: ExportSlots
     agent: AgentService
     mcp: McpServer
+    console_oidc: OidcClient | None = None
+    """The console's OpenID Connect sign-in, when a provider is configured."""
 
 
 class ServicesSlot:

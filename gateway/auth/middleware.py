@@ -24,6 +24,8 @@ log = structlog.get_logger("gateway.auth")
 
 # Anchored: Litestar matches these anywhere in the path, so "/healthz" alone would also
 # unprotect "/v1/anything/healthz".
+CONSOLE_PATHS = r"^/console(/|$)"
+"""The console's pages authenticate with its own cookie session (gateway.console.web), not a bearer token."""
 PUBLIC_PATHS = [
     r"^/healthz$",
     r"^/readyz$",
@@ -31,6 +33,7 @@ PUBLIC_PATHS = [
     r"^/schema(/.*)?$",
     r"^/\.well-known/jwks\.json$",
     r"^/\.well-known/oauth-protected-resource(/mcp)?$",
+    CONSOLE_PATHS,
 ]
 
 

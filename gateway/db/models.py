@@ -325,3 +325,34 @@ class RateLimitOverride(Base):
     scope: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
     rate_per_s: Mapped[float] = mapped_column(sa.Float)
     burst: Mapped[int] = mapped_column(sa.Integer)
+
+
+class ConsoleSession(Base):
+    """A signed-in console user: the browser holds a random value in a cookie, the table only
+    its sha256, so a copy of the table signs no one in. Ends at ``expires_at`` (absolute) or
+    after the configured idle time since ``last_seen_at``, or on sign-out (row deleted)."""
+
+    __tablename__ = "console_sessions"
+    __table_args__ = (sa.Index(None, "expires_at"),)
+
+    id_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
+    user_id: Mapped[str] = mapped_column(sa.String(128))
+    roles: Mapped[list[str]] = mapped_column(JsonValue)
+    csrf_token: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class ConsoleSignIn(Base):
+    """An OpenID Connect sign-in under way: the ``state`` sent to the provider (its sha256),
+    with the nonce and PKCE verifier checked when the browser comes back. Used once."""
+
+    __tablename__ = "console_sign_ins"
+
+    state_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    nonce: Mapped[str] = mapped_column(sa.String(64))
+    code_verifier: Mapped[str] = mapped_column(sa.String(128))
+    browser_hash: Mapped[str] = mapped_column(sa.String(64))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -1,0 +1,208 @@
+"""Console sign-in with an OpenID Connect provider: the authorization-code flow with PKCE.
+
+The provider's endpoints and keys come from its discovery document (its ``issuer`` must be
+the configured one). A sign-in keeps its ``state`` (as a sha256), ``nonce`` and PKCE
+verifier in a row used once, and is bound to the browser that started it by a cookie
+(whose hash is in the row). The ID token goes through the same ``TokenVerifier`` and tenant
+directory as an API token — issuer the provider, audience the client id, keys its JWKS —
+so its ``sub``, ``tenant_id`` and ``roles`` claims give the same ``Principal``; its
+``nonce`` must then be the one this sign-in sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import jwt
+import msgspec
+import sqlalchemy as sa
+import structlog
+
+from gateway.auth.jwks import JwksCache
+from gateway.auth.tokens import Claims, InvalidToken, TokenVerifier
+from gateway.db.engine import Database
+from gateway.db.models import ConsoleSignIn
+from gateway.settings import JwtSettings, Settings
+from gateway.tools.http_transport import IDENTITY, EncodedBody, read_capped
+
+log = structlog.get_logger("gateway.console.oidc")
+
+sign_ins = ConsoleSignIn.__table__
+
+DISCOVERY_PATH = "/.well-known/openid-configuration"
+DISCOVERY_CACHE_S = 300.0
+MAX_DOCUMENT_BYTES = 256 * 1024
+SIGN_IN_TTL_S = 600
+ASYMMETRIC = ("ES256", "ES384", "PS256", "RS256", "RS384", "RS512")
+"""ID tokens are checked with the provider's published keys only, never with a shared secret."""
+
+_PARAM = re.compile(r"^[\x21-\x7e]{1,2048}$")
+"""What a ``state`` or ``code`` may look like: printable ASCII, bounded."""
+
+
+class SignInFailed(Exception):
+    """The provider's answer cannot sign anyone in; ``reason`` is a short word for the logs."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Discovery(msgspec.Struct):
+    issuer: str
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+
+
+class TokenAnswer(msgspec.Struct):
+    id_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    redirect_to: str
+    browser_value: str
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def _http_url(value: str) -> bool:
+    return value.startswith(("https://", "http://"))
+
+
+class OidcClient:
+    """One per app: the provider's discovery document and keys, cached, and the sign-ins under way."""
+
+    def __init__(self, settings: Settings, db: Database, http: httpx.AsyncClient) -> None:
+        oidc = settings.oidc
+        assert oidc.issuer is not None and oidc.client_id
+        self._issuer = oidc.issuer.rstrip("/")
+        self._client_id = oidc.client_id
+        self._client_secret = oidc.client_secret
+        self._timeout_s = oidc.timeout_s
+        self._db = db
+        self._http = http
+        self._settings = settings
+        self._discovery: Discovery | None = None
+        self._fetched_at = 0.0
+        self._verifier: TokenVerifier | None = None
+        self._lock = asyncio.Lock()
+
+    async def _document(self, url: str, method: str = "GET", **request: Any) -> Any:
+        async with asyncio.timeout(self._timeout_s):
+            async with self._http.stream(
+                method, url, headers={**IDENTITY, "accept": "application/json"}, timeout=httpx.Timeout(self._timeout_s),
+                **request,
+            ) as response:
+                if response.status_code != 200:
+                    raise SignInFailed(f"provider_status_{response.status_code}")
+                body, complete = await read_capped(response, MAX_DOCUMENT_BYTES)
+        if not complete:
+            raise SignInFailed("provider_answer_too_large")
+        return body
+
+    async def discovery(self) -> Discovery:
+        async with self._lock:
+            if self._discovery is not None and time.monotonic() - self._fetched_at < DISCOVERY_CACHE_S:
+                return self._discovery
+            try:
+                body = await self._document(self._issuer + DISCOVERY_PATH)
+                found = msgspec.json.decode(body, type=Discovery)
+            except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError) as exc:
+                log.warning("oidc_discovery_failed", error_type=type(exc).__name__)
+                raise SignInFailed("discovery_failed") from None
+            if found.issuer.rstrip("/") != self._issuer or not all(
+                _http_url(url) for url in (found.authorization_endpoint, found.token_endpoint, found.jwks_uri)
+            ):
+                raise SignInFailed("discovery_mismatch")
+            if self._discovery is None or found.jwks_uri != self._discovery.jwks_uri:
+                jwks = JwksCache(found.jwks_uri, self._http, cache_s=self._settings.jwks.cache_s,
+                                 timeout_s=self._timeout_s)
+                self._verifier = TokenVerifier(
+                    msgspec.structs.replace(
+                        self._settings,
+                        jwt=JwtSettings(secret=None, algorithms=ASYMMETRIC, issuer=found.issuer,
+                                        audience=self._client_id, leeway_s=self._settings.jwt.leeway_s,
+                                        max_lifetime_s=self._settings.jwt.max_lifetime_s),
+                    ),
+                    jwks,
+                )
+            self._discovery, self._fetched_at = found, time.monotonic()
+            return found
+
+    async def start(self, redirect_uri: str) -> Started:
+        """A new sign-in: where to send the browser, and the value of its binding cookie."""
+        found = await self.discovery()
+        state, nonce, verifier, browser = (b64url(secrets.token_bytes(32)) for _ in range(4))
+        async with self._db.begin() as conn:
+            now = datetime.now(UTC)
+            await conn.execute(sa.delete(sign_ins).where(sign_ins.c.expires_at <= now))
+            await conn.execute(sa.insert(sign_ins).values(
+                state_hash=_digest(state), nonce=nonce, code_verifier=verifier, browser_hash=_digest(browser),
+                expires_at=now + timedelta(seconds=SIGN_IN_TTL_S),
+            ))
+        query = urlencode({
+            "response_type": "code",
+            "client_id": self._client_id,
+            "redirect_uri": redirect_uri,
+            "scope": "openid",
+            "state": state,
+            "nonce": nonce,
+            "code_challenge": b64url(hashlib.sha256(verifier.encode()).digest()),
+            "code_challenge_method": "S256",
+        })
+        separator = "&" if "?" in found.authorization_endpoint else "?"
+        return Started(redirect_to=f"{found.authorization_endpoint}{separator}{query}", browser_value=browser)
+
+    async def finish(self, *, state: str, code: str, browser_value: str | None, redirect_uri: str) -> Claims:
+        """The verified identity of a browser back from the provider; ``SignInFailed`` otherwise.
+        The sign-in row is consumed first, so a ``state`` works once whatever happens next."""
+        if not _PARAM.match(state) or not _PARAM.match(code):
+            raise SignInFailed("malformed_callback")
+        async with self._db.begin() as conn:
+            row = (await conn.execute(
+                sa.delete(sign_ins)
+                .where(sign_ins.c.state_hash == _digest(state), sign_ins.c.expires_at > datetime.now(UTC))
+                .returning(sign_ins)
+            )).first()
+        if row is None:
+            raise SignInFailed("unknown_state")
+        if browser_value is None or not hmac.compare_digest(_digest(browser_value), row.browser_hash):
+            raise SignInFailed("other_browser")
+        found = await self.discovery()
+        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
+                "code_verifier": row.code_verifier, "client_id": self._client_id}
+        auth = (self._client_id, self._client_secret) if self._client_secret else None
+        try:
+            body = await self._document(found.token_endpoint, "POST", data=form, auth=auth)
+            answer = msgspec.json.decode(body, type=TokenAnswer)
+        except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError) as exc:
+            log.warning("oidc_token_exchange_failed", error_type=type(exc).__name__)
+            raise SignInFailed("token_exchange_failed") from None
+        assert self._verifier is not None
+        try:
+            claims = await self._verifier.verify(answer.id_token)
+        except InvalidToken as exc:
+            raise SignInFailed(f"id_token_{exc.reason}") from None
+        nonce = jwt.decode(answer.id_token, options={"verify_signature": False}).get("nonce")
+        if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), row.nonce.encode()):
+            raise SignInFailed("nonce_mismatch")
+        return claims
