@@ -271,6 +271,24 @@ class MetricsSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     tenant_labels: bool = True
 
 
+class WebhookSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Tenants' webhooks: where their URLs may point, and how deliveries are retried."""
+
+    env_prefix = "webhook_"
+    env_names = {"public_base_url": "public_base_url"}
+
+    public_base_url: HttpUrl = "http://127.0.0.1:8000"
+    allowed_hosts: tuple[str, ...] = ()
+    timeout_s: Positive = 10.0
+    max_response_bytes: AtLeast1 = 4096
+    retry_window_s: Positive = 86_400.0
+    retry_base_s: Positive = 5.0
+    retry_max_s: Positive = 3600.0
+    interval_s: NotNegative = 1.0
+    batch_size: AtLeast1 = 20
+    lease_s: Positive = 60.0
+
+
 def _group(kind: type[Group]) -> Any:
     return msgspec.field(default_factory=kind)
 
@@ -296,6 +314,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     server: ServerSettings = _group(ServerSettings)
     rate_limits: RateLimitSettings = _group(RateLimitSettings)
     metrics: MetricsSettings = _group(MetricsSettings)
+    webhooks: WebhookSettings = _group(WebhookSettings)
 
     def __post_init__(self) -> None:
         for name, group in self.groups():
@@ -613,6 +632,21 @@ FIELD_DOCS: dict[str, str] = {
     "Prometheus' `authorization` setting); otherwise anyone who reaches the route may scrape.",
     "metrics_tenant_labels": "`false`: metrics carry no tenant label (`gateway_approvals_pending` is one sum), "
     "so a scrape does not list the tenants.",
+    "public_base_url": "The gateway's address as people reach it (`https://gateway.example.com`): webhooks link to "
+    "`<this>/console/approvals/<id>`.",
+    "webhook_allowed_hosts": "Comma-separated hosts (names or addresses) a webhook URL may name over plain `http` "
+    "or at a loopback or private address (development); every other webhook needs `https` and a public address.",
+    "webhook_timeout_s": "Seconds one webhook delivery may take in all (connect, send, read the answer).",
+    "webhook_max_response_bytes": "Most bytes of a receiver's answer read; the rest is not waited for.",
+    "webhook_retry_window_s": "Seconds a webhook delivery is retried (backoff with jitter) before it is "
+    "dead-lettered; a manual retry starts a new window.",
+    "webhook_retry_base_s": "First retry delay of a webhook delivery in seconds, doubled each attempt (with jitter).",
+    "webhook_retry_max_s": "Longest delay between two attempts of a webhook delivery, in seconds.",
+    "webhook_interval_s": "Seconds between the webhook worker's rounds in each process (claim and send due "
+    "deliveries, mark expired approvals); `0` turns the process's worker off.",
+    "webhook_batch_size": "Most webhook deliveries one process claims and sends in one round.",
+    "webhook_lease_s": "Seconds a claimed webhook delivery is reserved for its process; after that another may "
+    "send it again (a process that died mid-send).",
 }
 
 

@@ -34,6 +34,7 @@ from gateway.ratelimit.limiter import RateLimiter
 from gateway.settings import Settings
 from gateway.tools.http import ServiceCalls
 from gateway.tools.registry import ToolRegistry
+from gateway.webhooks.service import WebhookService
 
 SLOT_KEY = "services"
 """The one entry of ``app.state``: the app's ``ServicesSlot``."""
@@ -61,6 +62,7 @@ class Services:
     rate_limiter: RateLimiter | None
     audit_exports: ExportSlots
     agent: AgentService
+    webhooks: WebhookService
 
 
 class ServicesSlot:
