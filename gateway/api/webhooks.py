@@ -153,9 +153,10 @@ class WebhookAdminController(Controller):
         request: Request,
         webhooks: NamedDependency[WebhookService],
         webhook_id: ResourceId,
-        state: Annotated[
+        delivery_state: Annotated[
             str | None,
             QueryParameter(
+                name="state",
                 description=f"One of {', '.join(DELIVERY_STATES)} (`dead`: dead-lettered)",
                 schema_extra={"enum": [*DELIVERY_STATES, None]},
             ),
@@ -163,10 +164,10 @@ class WebhookAdminController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=200)] = 50,
     ) -> DeliveryList:
         """Newest first."""
-        if state is not None and state not in DELIVERY_STATES:
+        if delivery_state is not None and delivery_state not in DELIVERY_STATES:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"state must be one of {', '.join(DELIVERY_STATES)}.")
         rows = await webhooks.deliveries(
-            tenant_id=principal_of(request).tenant_id, subscription_id=webhook_id, state=state, limit=limit
+            tenant_id=principal_of(request).tenant_id, subscription_id=webhook_id, state=delivery_state, limit=limit
         )
         return DeliveryList(items=[delivery_view(row) for row in rows])
 
