@@ -351,9 +351,11 @@ def cmd_tenants(args: argparse.Namespace) -> int:
 
 def cmd_webhooks(args: argparse.Namespace) -> int:
     from gateway.admin.operator import OperatorError
+    from gateway.logging import configure_logging
     from gateway.webhooks.operator import action
 
     settings = Settings.from_env()
+    configure_logging(settings.log.level, settings.log.format)
     try:
         out = _operate(settings, action(args, settings.webhooks))
     except OperatorError as exc:
