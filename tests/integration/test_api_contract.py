@@ -62,6 +62,13 @@ BY_DESIGN = [
         "before it",
         answer_contains="Invalid conversation",
     ),
+    ByDesign(
+        "positive_data_acceptance",
+        "POST /v1/admin/webhooks",
+        "whether a webhook URL may be reached depends on its host's addresses and the deployment's allow-list "
+        "(GATEWAY_WEBHOOK_ALLOWED_HOSTS), which no schema can state",
+        answer_contains="WEBHOOK_URL_REFUSED",
+    ),
 ]
 
 
