@@ -91,6 +91,22 @@ async def requeue_dead(
 
 # -- the worker -------------------------------------------------------------------------------
 
+_WORK = sa.text(
+    """
+    SELECT EXISTS (SELECT 1 FROM webhook_deliveries
+                    WHERE state IN ('pending', 'in_flight') AND next_attempt_at <= :now) AS due,
+           EXISTS (SELECT 1 FROM webhook_subscriptions WHERE events ? 'approval.expired') AS watches_expiry
+    """
+)
+
+
+async def work_to_do(conn: AsyncConnection, *, now: datetime) -> tuple[bool, bool]:
+    """(deliveries are due, some tenant subscribes to approval.expired): one cheap read, so
+    that an idle round opens no transaction."""
+    row = (await conn.execute(_WORK, {"now": now})).one()
+    return bool(row.due), bool(row.watches_expiry)
+
+
 _CLAIM = sa.text(
     """
     UPDATE webhook_deliveries AS d

@@ -68,8 +68,14 @@ class WebhookWorker:
 
     async def run_once(self) -> int:
         """Mark expired approvals, then claim and send one batch; the number claimed."""
-        await self._expire_approvals()
         now = datetime.now(UTC)
+        async with self._db.connect() as conn:
+            due, watches_expiry = await store.work_to_do(conn, now=now)
+        if watches_expiry:
+            await self._expire_approvals()
+            due = True  # what the sweep expired may be due now
+        if not due:
+            return 0
         async with self._db.begin() as conn:
             claimed = await store.claim_due(
                 conn, now=now, lease=timedelta(seconds=self._settings.lease_s), limit=self._settings.batch_size

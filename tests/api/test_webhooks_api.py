@@ -178,7 +178,9 @@ async def test_a_dead_lettered_delivery_is_listed_and_a_retry_from_the_api_deliv
 
 
 @pytest.mark.parametrize("settings_overrides", [{**FAST_WORKER, "webhook_timeout_s": 5.0}])
-async def test_an_approval_decided_through_the_api_is_announced(pg_client):
+async def test_an_approval_decided_through_the_api_is_announced_and_the_secret_stays_out_of_the_logs(
+    pg_client, logs
+):
     async with WebhookReceiver() as receiver:
         created = (await _create(pg_client, receiver.url, events=["approval.decided"])).json()
         run = await create_run(pg_client, BOB)
@@ -190,6 +192,13 @@ async def test_an_approval_decided_through_the_api_is_announced(pg_client):
     assert body["type"] == "approval.decided"
     assert (body["data"]["approval_id"], body["data"]["decision"], body["data"]["decided_by"]) == (
         approval_id, "approved", "carol")
+
+    async def logged():
+        return logs.named("webhook_delivered")
+
+    (event,) = await _wait_for(logged)
+    assert event["delivery"] == request.headers["webhook-id"] and event["status"] == 204
+    assert created["secret"] not in logs.text and receiver.url not in logs.text
 
 
 async def test_retrying_an_unknown_delivery_is_not_found_and_a_bad_state_filter_is_invalid(pg_client):
