@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -49,7 +50,15 @@ def backoff_s(settings: WebhookSettings, attempts: int) -> float:
 
 
 class WebhookWorker:
-    def __init__(self, db: Database, settings: WebhookSettings, *, public_base_url: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        settings: WebhookSettings,
+        *,
+        public_base_url: str | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        """``verify``: how receivers' certificates are checked (the system's CAs by default)."""
         self._db = db
         self._settings = settings
         self._base_url = public_base_url or settings.public_base_url
@@ -62,6 +71,7 @@ class WebhookWorker:
             limits=httpx.Limits(max_connections=max(settings.batch_size, 1), max_keepalive_connections=0),
             follow_redirects=False,
             trust_env=False,
+            verify=verify,
         )
 
     # -- one round --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from gateway.settings import WebhookSettings
 from gateway.webhooks.service import WebhookService
 from gateway.webhooks.worker import WebhookWorker
 from tests.support.db import open_database
+from tests.support.tls import client_context, server_context
 from tests.support.webhook_receiver import WebhookReceiver, verify_standard_webhook
 
 approvals = Approval.__table__
@@ -35,8 +36,9 @@ async def db(seeded_pg_url):
         yield database
 
 
-def worker_for(db: Any, **overrides: Any) -> WebhookWorker:
-    return WebhookWorker(db, WebhookSettings(**{**FAST, **overrides}), public_base_url="https://gw.example.com")
+def worker_for(db: Any, *, verify: Any = True, **overrides: Any) -> WebhookWorker:
+    return WebhookWorker(db, WebhookSettings(**{**FAST, **overrides}), public_base_url="https://gw.example.com",
+                         verify=verify)
 
 
 async def subscribe(db: Any, url: str, events: list[str], *, tenant: str = "acme", format: str = "standard",
@@ -275,3 +277,29 @@ async def test_a_slack_webhook_gets_a_text_body_with_the_console_link(db):
     assert list(body) == ["text"]
     assert f"<https://gw.example.com/console/approvals/{approval_id}|Open in the console>" in body["text"]
     assert "write_note" in body["text"] and SENSITIVE not in body["text"]
+
+
+async def test_https_goes_to_the_checked_address_and_the_certificate_is_verified(db):
+    async with WebhookReceiver(tls=server_context()) as receiver:
+        await subscribe(db, receiver.url, ["approval.created"])
+        async with db.begin() as conn:
+            await insert_approval(conn)
+        untrusting = worker_for(db)  # the system's CAs: the receiver's own certificate is not trusted
+        try:
+            await untrusting.run_once()
+        finally:
+            await untrusting.stop()
+        assert receiver.requests == []
+        (row,) = await outbox(db)
+        assert (row.state, row.last_error) == ("pending", "connection_failed")
+        async with db.begin() as conn:
+            await conn.execute(sa.update(deliveries).values(next_attempt_at=datetime.now(UTC)))
+        trusting = worker_for(db, verify=client_context())
+        try:
+            await drain(trusting, db)
+        finally:
+            await trusting.stop()
+        (request,) = receiver.requests
+    assert request.headers["host"] == receiver.url.split("/")[2]
+    (row,) = await outbox(db)
+    assert (row.state, row.attempts) == ("delivered", 2)

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,10 +66,13 @@ class WebhookReceiver:
     _handlers: set[asyncio.Task[None]] = field(default_factory=set)
     url: str = ""
 
+    tls: ssl.SSLContext | None = None
+    """Serve https with this context (tests.support.tls)."""
+
     async def start(self) -> WebhookReceiver:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}/hook"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}/hook"
         return self
 
     async def stop(self) -> None:
@@ -112,7 +116,7 @@ class WebhookReceiver:
             request = Received(method=method, path=path, headers=headers, body=body)
             self.requests.append(request)
             await self._answer(self.behaviour(len(self.requests), request), writer)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ssl.SSLError):
             pass
         finally:
             self._handlers.discard(task)
