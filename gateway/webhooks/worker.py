@@ -107,7 +107,11 @@ class WebhookWorker:
             log.info("approvals_expired_by_sweep", count=expired)
 
     async def _deliver(self, row: Any) -> None:
-        status, error = await self.send(row)
+        try:
+            status, error = await self.send(row)
+        except Exception:  # a failed attempt like any other: recorded, retried
+            log.exception("webhook_attempt_failed_unexpectedly", delivery=row.id, tenant=row.tenant_id)
+            status, error = None, "internal_error"
         now = datetime.now(UTC)
         fields = {"delivery": row.id, "tenant": row.tenant_id, "webhook": row.subscription_id,
                   "event_type": row.event_type, "attempt": row.attempts, "status": status}
