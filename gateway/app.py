@@ -65,6 +65,9 @@ from gateway.tools.config import load_http_tools
 from gateway.tools.http import ServiceCalls
 from gateway.tools.http_transport import service_transport
 from gateway.tools.registry import ToolRegistry
+from gateway.api.webhooks import WebhookAdminController
+from gateway.webhooks.service import WebhookService
+from gateway.webhooks.worker import WebhookWorker
 from gateway.wiring import SLOT_KEY, Services, ServicesSlot
 
 log = structlog.get_logger("gateway.app")
@@ -139,6 +142,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         sealer = AuditSealer(
             db, batch_size=settings.audit.seal_batch_size, interval_s=settings.audit.seal_interval_s
         )
+        webhook_worker = WebhookWorker(db, settings.webhooks)
         slot.install(
             Services(
                 settings=settings,
@@ -180,9 +184,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     settings=settings, registry=tools, executor=executor, ledger=ledger, runs=McpRuns(db=db, runs=runs)
                 ),
                 console_oidc=OidcClient(settings, db, http) if settings.oidc.enabled else None,
+                webhooks=WebhookService(db=db, settings=settings.webhooks),
             )
         )
         sealer.start()
+        webhook_worker.start()
         # Everything made so far lives as long as the process: keep it out of the cyclic
         # garbage collector's full passes, which otherwise stall requests under load.
         gc.collect()
@@ -199,6 +205,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     await rate_limiter.close()
                 await ledger.close()
                 await sealer.stop()
+                await webhook_worker.stop()
                 service_calls.detach()
                 await http.aclose()
                 await db.dispose()
@@ -229,6 +236,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             gateway_resource_metadata,
             mcp_resource_metadata,
             *console_routers(),
+            WebhookAdminController,
         ],
         middleware=[
             # OPTIONS too: CORS is off, so there is no preflight to let through, and an

@@ -181,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12h, 2w")
     prune.add_argument("--tenant", help="only this tenant (default: all)")
     audit.set_defaults(handler=cmd_audit)
+    from gateway.webhooks.operator import add_parser as add_webhooks_parser
+
+    add_webhooks_parser(commands).set_defaults(handler=cmd_webhooks)
     from gateway.chat_cli import add_parser as add_chat_parser
 
     add_chat_parser(commands)
@@ -340,6 +343,22 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             disabled = args.tenants_command == "disable"
             out = _operate(settings, lambda db: operator.set_disabled(db, args.slug, disabled))
     except operator.OperatorError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    from gateway.admin.operator import OperatorError
+    from gateway.logging import configure_logging
+    from gateway.webhooks.operator import action
+
+    settings = Settings.from_env()
+    configure_logging(settings.log.level, settings.log.format)
+    try:
+        out = _operate(settings, action(args, settings.webhooks))
+    except OperatorError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     print(out)

@@ -13,7 +13,8 @@ from gateway.db.types import utcnow
 
 MEMBER = frozenset({"articles:read", "calculator:use", "time:read"})
 EDITOR = MEMBER | {"articles:write", "articles:edit_any"}
-ADMIN = EDITOR | {"approvals:decide", "audit:read", "roles:manage", "tools:manage", "tenants:manage"}
+ADMIN = EDITOR | {"approvals:decide", "audit:read", "roles:manage", "tools:manage", "tenants:manage",
+                  "webhooks:manage"}
 
 DEMO_ROLES: dict[str, tuple[str, frozenset[str]]] = {
     "member": ("Reads articles, uses the calculator and the clock.", MEMBER),

@@ -43,6 +43,7 @@ class ErrorCode(enum.StrEnum):
     RATE_LIMITED = "RATE_LIMITED"
     SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    WEBHOOK_URL_REFUSED = "WEBHOOK_URL_REFUSED"
 
     # Tool results (role=tool), one per call
     TOOL_NOT_FOUND = "TOOL_NOT_FOUND"
@@ -128,6 +129,11 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
         _spec(E.ALREADY_DECIDED, 409, False,
               "The approval was already approved, rejected, or is being executed.",
               "This approval has already been decided."),
+        _spec(E.WEBHOOK_URL_REFUSED, 400, False,
+              "A webhook URL breaks the outbound rules: not `https` (unless its host is in "
+              "GATEWAY_WEBHOOK_ALLOWED_HOSTS), credentials in it, or a loopback, private or otherwise "
+              "non-public address that is not allow-listed.",
+              "This webhook URL is not allowed."),
         _spec(E.SELF_APPROVAL_FORBIDDEN, 403, False,
               "An approver tried to approve their own request.",
               "You cannot approve your own request."),

@@ -294,6 +294,22 @@ class OidcSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True)
     @property
     def enabled(self) -> bool:
         return self.issuer is not None and bool(self.client_id)
+class WebhookSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Tenants' webhooks: where their URLs may point, and how deliveries are retried."""
+
+    env_prefix = "webhook_"
+    env_names = {"public_base_url": "public_base_url"}
+
+    public_base_url: HttpUrl = "http://127.0.0.1:8000"
+    allowed_hosts: tuple[str, ...] = ()
+    timeout_s: Positive = 10.0
+    max_response_bytes: AtLeast1 = 4096
+    retry_window_s: Positive = 86_400.0
+    retry_base_s: Positive = 5.0
+    retry_max_s: Positive = 3600.0
+    interval_s: NotNegative = 1.0
+    batch_size: AtLeast1 = 20
+    lease_s: Positive = 60.0
 
 
 def _group(kind: type[Group]) -> Any:
@@ -323,6 +339,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     metrics: MetricsSettings = _group(MetricsSettings)
     console: ConsoleSettings = _group(ConsoleSettings)
     oidc: OidcSettings = _group(OidcSettings)
+    webhooks: WebhookSettings = _group(WebhookSettings)
 
     def __post_init__(self) -> None:
         for name, group in self.groups():
@@ -651,6 +668,21 @@ FIELD_DOCS: dict[str, str] = {
     "oidc_client_id": "Console sign-in: the client id registered with the issuer (the ID token's `aud`).",
     "oidc_client_secret": "Console sign-in: the client secret, sent to the token endpoint; never logged.",
     "oidc_timeout_s": "Console sign-in: timeout of each request to the OpenID Connect provider, in seconds.",
+    "public_base_url": "The gateway's address as people reach it (`https://gateway.example.com`): webhooks link to "
+    "`<this>/console/approvals/<id>`.",
+    "webhook_allowed_hosts": "Comma-separated hosts (names or addresses) a webhook URL may name over plain `http` "
+    "or at a loopback or private address (development); every other webhook needs `https` and a public address.",
+    "webhook_timeout_s": "Seconds one webhook delivery may take in all (connect, send, read the answer).",
+    "webhook_max_response_bytes": "Most bytes of a receiver's answer read; the rest is not waited for.",
+    "webhook_retry_window_s": "Seconds a webhook delivery is retried (backoff with jitter) before it is "
+    "dead-lettered; a manual retry starts a new window.",
+    "webhook_retry_base_s": "First retry delay of a webhook delivery in seconds, doubled each attempt (with jitter).",
+    "webhook_retry_max_s": "Longest delay between two attempts of a webhook delivery, in seconds.",
+    "webhook_interval_s": "Seconds between the webhook worker's rounds in each process (claim and send due "
+    "deliveries, mark expired approvals); `0` turns the process's worker off.",
+    "webhook_batch_size": "Most webhook deliveries one process claims and sends in one round.",
+    "webhook_lease_s": "Seconds a claimed webhook delivery is reserved for its process; after that another may "
+    "send it again (a process that died mid-send).",
 }
 
 

@@ -36,6 +36,7 @@ from gateway.ratelimit.limiter import RateLimiter
 from gateway.settings import Settings
 from gateway.tools.http import ServiceCalls
 from gateway.tools.registry import ToolRegistry
+from gateway.webhooks.service import WebhookService
 
 SLOT_KEY = "services"
 """The one entry of ``app.state``: the app's ``ServicesSlot``."""
@@ -64,6 +65,7 @@ class Services:
     audit_exports: ExportSlots
     agent: AgentService
     mcp: McpServer
+    webhooks: WebhookService
     console_oidc: OidcClient | None = None
     """The console's OpenID Connect sign-in, when a provider is configured."""
 

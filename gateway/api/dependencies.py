@@ -27,6 +27,7 @@ from gateway.execution.approvals import ApprovalService
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.runs import RunService
 from gateway.tools.registry import ToolRegistry
+from gateway.webhooks.service import WebhookService
 from gateway.wiring import ServicesSlot
 
 
@@ -73,6 +74,9 @@ def service_providers(slot: ServicesSlot) -> dict[str, Provide]:
     def provide_metrics_exposition() -> MetricsExposition:
         return slot.services.metrics_exposition
 
+    def provide_webhooks() -> WebhookService:
+        return slot.services.webhooks
+
     providers = (
         provide_runs,
         provide_executor,
@@ -85,6 +89,7 @@ def service_providers(slot: ServicesSlot) -> dict[str, Provide]:
         provide_readiness,
         provide_service_jwks,
         provide_metrics_exposition,
+        provide_webhooks,
     )
     return {
         provider.__name__.removeprefix("provide_"): Provide(provider, sync_to_thread=False) for provider in providers

@@ -356,3 +356,55 @@ class ConsoleSignIn(Base):
     code_verifier: Mapped[str] = mapped_column(sa.String(128))
     browser_hash: Mapped[str] = mapped_column(sa.String(64))
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class WebhookSubscription(Base):
+    """A tenant's webhook: where its events go (``gateway.webhooks``). The secret signs each
+    delivery, so it is kept as given out (shown once, never returned or logged again)."""
+
+    __tablename__ = "webhook_subscriptions"
+    __table_args__ = (sa.CheckConstraint("format IN ('standard', 'slack')", name="format"),)
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    )
+    url: Mapped[str] = mapped_column(sa.String(2000))
+    events: Mapped[list[str]] = mapped_column(JsonValue)
+    format: Mapped[str] = mapped_column(sa.String(16))
+    description: Mapped[str] = mapped_column(sa.String(500), server_default="")
+    secret: Mapped[str] = mapped_column(sa.String(100))
+    created_by: Mapped[str] = mapped_column(sa.String(128))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class WebhookDelivery(Base):
+    """The outbox: one event for one subscription, written by a trigger in the transaction of
+    the change it announces; its id is the ``webhook-id`` of every attempt."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        sa.CheckConstraint("state IN ('pending', 'in_flight', 'delivered', 'dead')", name="state"),
+        sa.Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+        sa.Index("ix_webhook_deliveries_subscription", "subscription_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(sa.String(64))
+    subscription_id: Mapped[str] = mapped_column(
+        sa.String(40), sa.ForeignKey("webhook_subscriptions.id", ondelete="CASCADE")
+    )
+    event_type: Mapped[str] = mapped_column(sa.String(40))
+    data: Mapped[dict[str, Any]] = mapped_column(JsonValue)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    state: Mapped[str] = mapped_column(sa.String(16), server_default="pending")
+    attempts: Mapped[int] = mapped_column(sa.Integer, server_default=sa.text("0"))
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    """When it is due: the next retry, or (in flight) when its lease runs out."""
+    window_started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    """Retries go on until this plus the retry window; a manual retry starts a new window."""
+    last_attempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    last_status: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    dead_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)

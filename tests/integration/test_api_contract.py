@@ -62,6 +62,20 @@ BY_DESIGN = [
         "before it",
         answer_contains="Invalid conversation",
     ),
+    ByDesign(
+        "positive_data_acceptance",
+        "POST /v1/runs/{run_id}/tool-calls",
+        "the calls of one batch need distinct ids, a rule across items that JSON Schema's uniqueItems cannot state "
+        "(it compares whole items); with the seed fixed, which examples are drawn shifts as routes are added",
+        answer_contains="DUPLICATE_TOOL_CALL_ID",
+    ),
+    ByDesign(
+        "positive_data_acceptance",
+        "POST /v1/admin/webhooks",
+        "whether a webhook URL may be reached depends on its host's addresses and the deployment's allow-list "
+        "(GATEWAY_WEBHOOK_ALLOWED_HOSTS), which no schema can state",
+        answer_contains="WEBHOOK_URL_REFUSED",
+    ),
 ]
 
 

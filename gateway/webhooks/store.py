@@ -1,0 +1,216 @@
+"""Tenant-scoped queries of webhook subscriptions and their deliveries, and the worker's
+claim and record statements (one statement each)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gateway.db.models import WebhookDelivery, WebhookSubscription
+
+subscriptions = WebhookSubscription.__table__
+deliveries = WebhookDelivery.__table__
+
+DELIVERY_STATES = ("pending", "in_flight", "delivered", "dead")
+
+_PUBLIC_COLUMNS = [c for c in subscriptions.c if c.name != "secret"]
+"""What is read back about a subscription: everything but its secret."""
+
+
+async def insert_subscription(conn: AsyncConnection, **values: Any) -> None:
+    await conn.execute(sa.insert(subscriptions).values(**values))
+
+
+async def list_subscriptions(conn: AsyncConnection, *, tenant_id: str) -> list[Any]:
+    return list(
+        (
+            await conn.execute(
+                sa.select(*_PUBLIC_COLUMNS)
+                .where(subscriptions.c.tenant_id == tenant_id)
+                .order_by(subscriptions.c.created_at, subscriptions.c.id)
+            )
+        ).all()
+    )
+
+
+async def get_subscription(conn: AsyncConnection, *, tenant_id: str, subscription_id: str) -> Any | None:
+    return (
+        await conn.execute(
+            sa.select(*_PUBLIC_COLUMNS).where(
+                subscriptions.c.tenant_id == tenant_id, subscriptions.c.id == subscription_id
+            )
+        )
+    ).first()
+
+
+async def delete_subscription(conn: AsyncConnection, *, tenant_id: str, subscription_id: str) -> bool:
+    result = await conn.execute(
+        sa.delete(subscriptions).where(subscriptions.c.tenant_id == tenant_id, subscriptions.c.id == subscription_id)
+    )
+    return result.rowcount == 1
+
+
+async def list_deliveries(
+    conn: AsyncConnection, *, tenant_id: str, subscription_id: str | None, state: str | None, limit: int
+) -> list[Any]:
+    """Newest first."""
+    stmt = sa.select(deliveries).where(deliveries.c.tenant_id == tenant_id)
+    if subscription_id is not None:
+        stmt = stmt.where(deliveries.c.subscription_id == subscription_id)
+    if state is not None:
+        stmt = stmt.where(deliveries.c.state == state)
+    stmt = stmt.order_by(deliveries.c.created_at.desc(), deliveries.c.id.desc()).limit(limit)
+    return list((await conn.execute(stmt)).all())
+
+
+async def get_delivery(conn: AsyncConnection, *, tenant_id: str, delivery_id: str) -> Any | None:
+    return (
+        await conn.execute(
+            sa.select(deliveries).where(deliveries.c.tenant_id == tenant_id, deliveries.c.id == delivery_id)
+        )
+    ).first()
+
+
+async def requeue_dead(
+    conn: AsyncConnection, *, tenant_id: str, subscription_id: str | None, delivery_id: str, now: datetime
+) -> Any | None:
+    """A dead-lettered delivery due again at once, with a new retry window; None if it is not dead."""
+    stmt = sa.update(deliveries).where(
+        deliveries.c.tenant_id == tenant_id, deliveries.c.id == delivery_id, deliveries.c.state == "dead"
+    )
+    if subscription_id is not None:
+        stmt = stmt.where(deliveries.c.subscription_id == subscription_id)
+    result = await conn.execute(
+        stmt.values(state="pending", next_attempt_at=now, window_started_at=now, dead_at=None).returning(deliveries)
+    )
+    return result.first()
+
+
+# -- the worker -------------------------------------------------------------------------------
+
+_WORK = sa.text(
+    """
+    SELECT EXISTS (SELECT 1 FROM webhook_deliveries
+                    WHERE state IN ('pending', 'in_flight') AND next_attempt_at <= :now) AS due,
+           EXISTS (SELECT 1 FROM webhook_subscriptions WHERE events ? 'approval.expired') AS watches_expiry
+    """
+)
+
+
+async def work_to_do(conn: AsyncConnection, *, now: datetime) -> tuple[bool, bool]:
+    """(deliveries are due, some tenant subscribes to approval.expired): one cheap read, so
+    that an idle round opens no transaction."""
+    row = (await conn.execute(_WORK, {"now": now})).one()
+    return bool(row.due), bool(row.watches_expiry)
+
+
+_CLAIM = sa.text(
+    """
+    UPDATE webhook_deliveries AS d
+       SET state = 'in_flight', attempts = d.attempts + 1, next_attempt_at = :lease_until, last_attempt_at = :now
+      FROM (SELECT id FROM webhook_deliveries
+             WHERE state IN ('pending', 'in_flight') AND next_attempt_at <= :now
+             ORDER BY next_attempt_at
+             LIMIT :limit
+               FOR UPDATE SKIP LOCKED) AS due,
+           webhook_subscriptions AS s
+     WHERE d.id = due.id AND s.id = d.subscription_id
+    RETURNING d.id, d.tenant_id, d.subscription_id, d.event_type, d.data, d.created_at, d.attempts,
+              d.window_started_at, s.url, s.format, s.secret
+    """
+)
+"""Due deliveries (pending and due, or in flight past their lease: a process died mid-send)
+become this process's for ``lease``; committed before anything is sent."""
+
+
+async def claim_due(conn: AsyncConnection, *, now: datetime, lease: timedelta, limit: int) -> list[Any]:
+    rows = await conn.execute(_CLAIM, {"now": now, "lease_until": now + lease, "limit": limit})
+    return list(rows.all())
+
+
+async def record_delivered(
+    conn: AsyncConnection, *, delivery_id: str, attempts: int, status: int, now: datetime
+) -> bool:
+    """Only the holder of the claim records it (the attempt count is the claim's token)."""
+    result = await conn.execute(
+        sa.update(deliveries)
+        .where(deliveries.c.id == delivery_id, deliveries.c.state == "in_flight", deliveries.c.attempts == attempts)
+        .values(state="delivered", delivered_at=now, last_status=status, last_error=None)
+    )
+    return result.rowcount == 1
+
+
+async def record_failed(
+    conn: AsyncConnection,
+    *,
+    delivery_id: str,
+    attempts: int,
+    status: int | None,
+    error: str,
+    now: datetime,
+    retry_at: datetime | None,
+) -> bool:
+    """Due again at ``retry_at``, or dead-lettered when it is None."""
+    values: dict[str, Any] = {"last_status": status, "last_error": error[:64]}
+    if retry_at is None:
+        values.update(state="dead", dead_at=now, next_attempt_at=now)
+    else:
+        values.update(state="pending", next_attempt_at=retry_at)
+    result = await conn.execute(
+        sa.update(deliveries)
+        .where(deliveries.c.id == delivery_id, deliveries.c.state == "in_flight", deliveries.c.attempts == attempts)
+        .values(**values)
+    )
+    return result.rowcount == 1
+
+
+_EXPIRE_DUE_APPROVALS = sa.text(
+    """
+    WITH due AS (
+        SELECT a.id,
+               EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id AND r.expires_at <= :now) AS run_expired
+          FROM approvals a
+         WHERE a.status = 'pending'
+           AND (a.expires_at <= :now OR EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id AND r.expires_at <= :now))
+           AND EXISTS (SELECT 1 FROM webhook_subscriptions s
+                        WHERE s.tenant_id = a.tenant_id AND s.events ? 'approval.expired')
+         LIMIT :limit
+           FOR UPDATE OF a SKIP LOCKED
+    ), expired AS (
+        UPDATE approvals AS a
+           SET status = 'expired',
+               outcome = CASE WHEN due.run_expired THEN 'RUN_EXPIRED' ELSE 'APPROVAL_EXPIRED' END,
+               outcome_content = CASE WHEN due.run_expired THEN :run_expired_content ELSE :approval_expired_content END,
+               finished_at = :now
+          FROM due
+         WHERE a.id = due.id AND a.status = 'pending'
+        RETURNING a.run_id, a.tool_call_id, a.outcome, a.outcome_content
+    )
+    UPDATE tool_calls AS t
+       SET status = 'done', outcome = e.outcome, content = e.outcome_content, finished_at = :now
+      FROM expired AS e
+     WHERE t.run_id = e.run_id AND t.tool_call_id = e.tool_call_id
+    RETURNING t.run_id
+    """
+)
+"""Pending approvals that can no longer be decided (they or their run expired) marked
+expired, as a decision attempt would (gateway.db.approvals.expire_if_due, with the
+held-back call's outcome stored): only for tenants with an ``approval.expired`` webhook,
+whose trigger then announces it. Elsewhere such an approval reads as expired by
+comparison (gateway.execution.approvals.effective_status) as before."""
+
+
+async def expire_due_approvals(conn: AsyncConnection, *, now: datetime, contents: dict[str, str], limit: int) -> int:
+    result = await conn.execute(
+        _EXPIRE_DUE_APPROVALS,
+        {
+            "now": now,
+            "limit": limit,
+            "run_expired_content": contents["RUN_EXPIRED"],
+            "approval_expired_content": contents["APPROVAL_EXPIRED"],
+        },
+    )
+    return len(result.all())

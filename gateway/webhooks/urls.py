@@ -1,0 +1,106 @@
+"""Where a webhook may point: the outbound rules, checked at creation and again at delivery.
+
+``https`` only, no credentials in the URL, and only public addresses, unless the host is in
+``GATEWAY_WEBHOOK_ALLOWED_HOSTS`` (development: a receiver on loopback over ``http``). At
+delivery the host's addresses are resolved and checked, and the request goes to the checked
+address (the name still in ``Host`` and in TLS), so a name that resolves elsewhere the
+second time (DNS rebinding) cannot send a delivery to a private address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+
+import httpx
+
+MAX_URL_LENGTH = 2000
+
+
+class UrlRefused(Exception):
+    """The URL breaks a rule; ``reason`` says which, in words safe to show its owner."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A checked URL: its host as named, and whether the allow-list covers it."""
+
+    url: httpx.URL
+    host: str
+    allow_listed: bool
+
+
+def _normalised_hosts(allowed_hosts: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(host.strip().lower().strip("[]") for host in allowed_hosts if host.strip())
+
+
+def public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """An address on the public internet: not loopback, private, link-local, multicast, reserved
+    or unspecified (an IPv4-mapped IPv6 address is judged as its IPv4 address)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_global and not address.is_multicast
+
+
+def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
+    """The URL as a ``Target``, or ``UrlRefused``. A name is resolved only at delivery."""
+    if len(url) > MAX_URL_LENGTH:
+        raise UrlRefused(f"The URL is longer than {MAX_URL_LENGTH} characters.")
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        raise UrlRefused("The URL contains spaces or control characters.")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        raise UrlRefused("The URL cannot be parsed.") from None
+    if parsed.scheme not in ("https", "http"):
+        raise UrlRefused("The URL must use https.")
+    host = parsed.host.lower()
+    if not host:
+        raise UrlRefused("The URL has no host.")
+    if parsed.userinfo:
+        raise UrlRefused("The URL must not carry credentials.")
+    if parsed.fragment:
+        raise UrlRefused("The URL must not have a fragment.")
+    allow_listed = host in _normalised_hosts(allowed_hosts)
+    if parsed.scheme != "https" and not allow_listed:
+        raise UrlRefused("The URL must use https (plain http only for hosts in GATEWAY_WEBHOOK_ALLOWED_HOSTS).")
+    if not allow_listed:
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+        if literal is not None and not public_address(literal):
+            raise UrlRefused("The URL names a loopback, private or reserved address.")
+        if literal is None and (host == "localhost" or host.endswith((".localhost", ".local", ".internal"))):
+            raise UrlRefused("The URL names a local host.")
+    return Target(url=parsed, host=host, allow_listed=allow_listed)
+
+
+async def resolve_checked(target: Target, *, timeout_s: float) -> str:
+    """The address to send to: the host's first resolved address, once every address it
+    resolves to is public (or the host is allow-listed). ``UrlRefused`` otherwise."""
+    port = target.url.port or (443 if target.url.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(timeout_s):
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                target.host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+    except (OSError, TimeoutError, UnicodeError):
+        raise UrlRefused("The host could not be resolved.") from None
+    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    if not addresses:
+        raise UrlRefused("The host could not be resolved.")
+    if not target.allow_listed and not all(public_address(a) for a in addresses):
+        raise UrlRefused("The host resolves to a loopback, private or reserved address.")
+    return str(addresses[0])
+
+
+def pinned(target: Target, address: str) -> httpx.URL:
+    """The target's URL with its host replaced by the checked address."""
+    return target.url.copy_with(host=address)

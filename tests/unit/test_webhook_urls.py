@@ -1,0 +1,68 @@
+"""The outbound rules of webhook URLs: at creation (the URL itself) and at delivery (what its
+host resolves to, DNS rebinding included)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.webhooks.urls import Target, UrlRefused, check_url, pinned, resolve_checked
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://hooks.example.com/x",
+        "https://127.0.0.1/x",
+        "https://127.1.2.3/x",
+        "https://0.0.0.0/x",
+        "https://[::1]/x",
+        "https://[::ffff:10.0.0.1]/x",
+        "https://192.168.1.10/x",
+        "https://172.16.0.1/x",
+        "https://100.64.0.1/x",  # shared address space (carrier NAT)
+        "https://169.254.169.254/x",
+        "https://[fe80::1]/x",
+        "https://[fd00::1]/x",
+        "https://224.0.0.1/x",
+        "https://localhost/x",
+        "https://printer.local/x",
+        "https://a:b@hooks.example.com/x",
+        "https://hooks.example.com/x#frag",
+        "file:///etc/passwd",
+        "https://hooks.example.com/\t",
+        "https://" + "a" * 2000 + ".com/",
+    ],
+)
+def test_refused_urls(url):
+    with pytest.raises(UrlRefused):
+        check_url(url, ())
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example.com/x", "https://8.8.8.8:8443/hook?x=1", "https://[2001:4860:4860::8888]/"])
+def test_public_https_urls_pass(url):
+    check_url(url, ())
+
+
+def test_an_allow_listed_host_may_use_http_and_a_loopback_address():
+    target = check_url("http://127.0.0.1:8080/hook", ("127.0.0.1",))
+    assert target.allow_listed and target.host == "127.0.0.1"
+    assert check_url("http://LOCALHOST:1/x", (" localhost ",)).allow_listed
+    with pytest.raises(UrlRefused):
+        check_url("http://127.0.0.2:8080/hook", ("127.0.0.1",))
+
+
+async def test_a_name_resolving_to_loopback_is_refused_at_delivery():
+    """A name passes at creation; at delivery it resolves to a loopback address: refused."""
+    target = Target(url=check_url("https://hooks.example.com/x", ()).url.copy_with(host="localhost"),
+                    host="localhost", allow_listed=False)
+    with pytest.raises(UrlRefused):
+        await resolve_checked(target, timeout_s=5)
+
+
+async def test_the_request_goes_to_the_checked_address_with_the_name_kept_for_host_and_tls():
+    target = check_url("http://localhost:8080/hook?a=1", ("localhost",))
+    address = await resolve_checked(target, timeout_s=5)
+    assert address in ("127.0.0.1", "::1")
+    url = pinned(target, address)
+    assert url.host == address and url.port == 8080 and url.raw_path == b"/hook?a=1"
+    assert target.url.netloc == b"localhost:8080"
