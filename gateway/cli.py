@@ -474,12 +474,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.db.migrate import upgrade_to_head
     from gateway.logging import configure_logging
+    from gateway.llm.demo_model import check_demo_model
     from gateway.observability.multiprocess import prepare_metrics_dir, remove_metrics_dir
 
     settings = load_settings(demo=args.demo)
     configure_logging(settings.log.level, settings.log.format)
     if not settings.demo:
         settings.require_signing_setup()
+    check_demo_model(settings)
     workers = settings.server.workers if args.workers is None else args.workers
     if workers < 1:
         raise SettingsError("--workers must be at least 1")
@@ -531,7 +533,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def print_demo_banner(settings: Settings, host: str, port: int) -> None:
     from gateway.auth.dev_tokens import mint_token
-    from gateway.demo import DEMO_TENANTS, DEMO_USERS
+    from gateway.demo import DEMO_APPROVER, DEMO_TENANTS, DEMO_USERS
+    from gateway.llm.demo_model import DEMO_MODEL, offers_demo_model
 
     base = f"http://{host}:{port}"
     out = sys.stdout
@@ -546,6 +549,14 @@ def print_demo_banner(settings: Settings, host: str, port: int) -> None:
             print(f"  {tenant_id}/{user.id} ({', '.join(user.roles)}):\n    {token}", file=out)
     print("\nList the tools alice may use:", file=out)
     print(f"  curl -s -H {shlex.quote('Authorization: Bearer ' + str(first))} {base}/v1/tools\n", file=out)
+    print(f"Approvals console: {base}/console/  (sign in with acme/{DEMO_APPROVER}'s token, the second approver)",
+          file=out)
+    print(f"  in a terminal: gateway approvals list --tenant acme --as {DEMO_APPROVER}\n", file=out)
+    if offers_demo_model(settings):
+        print(f"Model: no GATEWAY_LLM_* is set, so the scripted demo model `{DEMO_MODEL}` answers (keyword rules,",
+              file=out)
+        print("not a language model). Try the agent loop, its approval pause and the resumed answer:", file=out)
+        print(f"  gateway chat --demo --url {base} \"add 2 and 3, then create an article\"\n", file=out)
     print(f"API docs: {base}/schema   OpenAPI: {base}/schema/openapi.json\n", file=out, flush=True)
 
 
