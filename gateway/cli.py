@@ -1,4 +1,4 @@
-"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit, chat."""
+"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit, chat, approvals."""
 
 from __future__ import annotations
 
@@ -185,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_chat_parser(commands)
     commands.choices["chat"].set_defaults(handler=cmd_chat)
+    from gateway.approvals_cli import add_parser as add_approvals_parser, cmd_approvals
+
+    add_approvals_parser(commands)
+    commands.choices["approvals"].set_defaults(handler=cmd_approvals)
     return parser
 
 
