@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -457,19 +458,31 @@ def _read_anchor(path: str, tenant_id: str) -> Anchor:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from gateway.chat_cli import request_body, run_chat
+    from gateway.chat_cli import ApprovalHints, request_body, run_chat
 
+    if bool(args.question) == bool(args.resume):
+        print("gateway chat: ask a question, or name a run with --resume (not both)", file=sys.stderr)
+        return 2
+    if args.resume is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", args.resume):
+        print("gateway chat: --resume takes a run id (1-64 letters, digits, '_' or '-')", file=sys.stderr)
+        return 2
     url = args.url or os.environ.get("GATEWAY_URL") or "http://127.0.0.1:8000"
     token = args.token or os.environ.get("GATEWAY_TOKEN")
+    hints = ApprovalHints(console_url=url.rstrip("/") + "/console/")
     if not token:
         from gateway.auth.dev_tokens import mint_token
+        from gateway.demo import DEMO_APPROVER
 
         settings = load_settings(demo=args.demo)
         if settings.jwt.secret is None:
             raise SettingsError("pass --token (or set GATEWAY_TOKEN), or set GATEWAY_JWT_SECRET (or --demo) to mint one")
-        roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
-        token = mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=3600)
-    return run_chat(url, token, request_body(args))
+        user = args.user or ("bob" if args.demo else "alice")
+        roles = args.roles if args.roles else _directory_roles(settings, args.tenant, user)
+        token = mint_token(settings, tenant_id=args.tenant, user_id=user, roles=roles, ttl_s=3600)
+        hints = ApprovalHints(console_url=hints.console_url, tenant=args.tenant,
+                              approver=DEMO_APPROVER if args.demo else "APPROVER")
+    body = request_body(args) if args.question else None
+    return run_chat(url, token, body, resume_run=args.resume, wait_s=max(0.0, args.wait), hints=hints)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -172,7 +172,12 @@ def _describe(name: str, content: str) -> str:
         return f"I may not use {name}, so I did not call it"
     decoded = _decode(content)
     if isinstance(decoded, dict) and decoded.get("ok") is True:
-        result = msgspec.json.encode(decoded.get("result")).decode()
+        value = decoded.get("result")
+        if isinstance(value, dict) and isinstance(value.get("id"), str):  # a record: named by its id and title
+            title = value.get("title")
+            named = f" {msgspec.json.encode(title[:RESULT_PREVIEW]).decode()}" if isinstance(title, str) else ""
+            return f"{name} returned {value['id'][:RESULT_PREVIEW]}{named}"
+        result = msgspec.json.encode(value).decode()
         if len(result) > RESULT_PREVIEW:
             result = result[:RESULT_PREVIEW] + "..."
         return f"{name} returned {result}"

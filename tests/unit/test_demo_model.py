@@ -51,7 +51,7 @@ def test_the_model_calls_one_tool_per_round_then_answers_in_words_labelled_as_th
     final = answer(history, TOOLS, SamplingOptions())
     assert not final.tool_calls
     assert final.content.startswith(PREFIX)
-    assert "add returned 5" in final.content and "create_article returned" in final.content
+    assert final.content == f'{PREFIX} add returned 5; create_article returned art_1 "t".'
 
 
 def test_a_call_waiting_for_approval_makes_the_model_say_it_waits():
