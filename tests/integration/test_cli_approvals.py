@@ -8,6 +8,9 @@ import subprocess
 import sys
 from typing import Any
 
+import sqlalchemy as sa
+
+from gateway.db.models import Tenant
 from tests.support import db
 from tests.support.approvals import request_approval
 from tests.support.calls import new_run
@@ -48,8 +51,10 @@ async def test_list_and_show_print_the_pending_approval_for_people_and_scripts(c
     assert {k: view[k] for k in ("id", "status", "tool", "arguments", "requested_by", "run_id")} == {
         k: api[k] for k in ("id", "status", "tool", "arguments", "requested_by", "run_id")
     }
-    human = approvals(database_url, "show", approval_id, "--tenant", "acme", "--as", "dave")
+    human = approvals(database_url, "show", approval_id, "--tenant", "acme", "--as", "dave", "--reveal")
     assert "status     pending" in human.stdout and '"title":"From the terminal"' in human.stdout
+    (revealed,) = await db.audit_rows(database_url, approval_id=approval_id, kind="approval_reveal")
+    assert revealed.user_id == "dave"
 
 
 async def test_approve_as_the_second_approver_runs_the_call_once_with_the_apis_audit_rows(client, database_url):
@@ -106,6 +111,10 @@ async def test_a_member_and_an_unknown_user_are_refused(client, database_url):
     assert stranger.returncode == 1 and "UNAUTHENTICATED" in stranger.stderr
     nowhere = approvals(database_url, "list", "--tenant", "initech", "--as", "dave")
     assert nowhere.returncode == 1 and "UNAUTHENTICATED" in nowhere.stderr
+    await db.execute(database_url, sa.update(Tenant.__table__).where(Tenant.__table__.c.id == "acme")
+                     .values(disabled=True))
+    disabled = approvals(database_url, "approve", approval_id, "--tenant", "acme", "--as", "dave")
+    assert disabled.returncode == 1 and "TENANT_DISABLED" in disabled.stderr
     assert (await db.approvals(database_url, id=approval_id))[0].status == "pending"
 
 
