@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 from gateway.text import is_storable, quoted
 
 if TYPE_CHECKING:
@@ -178,7 +178,13 @@ class _ServiceTools:
         settings = self._settings
         self._calls = ServiceCalls(load_service_signer(settings))
         registry = ToolRegistry(builtin_tools())
-        for tool in load_http_tools(settings, self._calls, reserved_names=(tool.name for tool in registry)):
+        http_tools = load_http_tools(settings, self._calls, reserved_names=(tool.name for tool in registry))
+        if http_tools and self._calls.signer is None:
+            raise SettingsError(
+                "the tools file declares HTTP tools: set GATEWAY_SERVICE_SIGNING_KEY or "
+                "GATEWAY_SERVICE_SIGNING_KEY_FILE, as for `gateway serve` (an approved call runs here)"
+            )
+        for tool in http_tools:
             registry.register(tool)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.tools.timeout_s, connect=settings.http.connect_timeout_s),

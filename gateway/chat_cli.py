@@ -177,7 +177,11 @@ def _wait_for_decisions(
             if response.status_code != 200:
                 print(f"gateway: {response.status_code} {_error_text(response.content)}", file=err)
                 return False
-            view = msgspec.json.decode(response.content)
+            try:
+                view = msgspec.json.decode(response.content)
+            except msgspec.DecodeError:
+                print("gateway: the approval could not be read (not JSON)", file=err)
+                return False
             status = view.get("status") if isinstance(view, dict) else None
             if status not in UNDECIDED:
                 decided_by = f" by {view.get('decided_by')}" if view.get("decided_by") else ""

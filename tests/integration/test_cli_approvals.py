@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import pytest
 import sqlalchemy as sa
 
 from gateway.db.models import Tenant
+from gateway.execution.approvals import idempotency_key_for
+from tests.integration.http_env import Caller, HttpEnv, http_env
 from tests.support import db
 from tests.support.approvals import request_approval
 from tests.support.calls import new_run
@@ -162,3 +167,37 @@ async def test_a_reason_with_terminal_controls_is_stored_whole_and_shown_escaped
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\u2028" not in done.stdout and "\\u001b[2J" in done.stdout
     assert (await db.approvals(database_url, id=approval_id))[0].reason == reason
+
+
+@pytest.fixture
+def services_env(request: pytest.FixtureRequest) -> Iterator[HttpEnv]:
+    yield from http_env(request)
+
+
+async def test_approving_an_http_tools_call_from_the_terminal_calls_its_service_once_as_the_requester(
+    services_env: HttpEnv,
+):
+    """The command builds the tools as `gateway serve` does: the approved call reaches the
+    business service with the requester's token and the approval's idempotency key."""
+    env = services_env
+    async with httpx.AsyncClient(base_url=env.gateway_url, timeout=30) as client:
+        asked = await Caller(client).call("create_order", {"item": "lamp", "quantity": 2}, user="bob")
+    approval_id = asked["error"]["approval_id"]
+    changes = env.service.applied_changes
+    services = env.settings.services
+    settings = {"tools_file": env.settings.tools.file, "service_base_urls": ",".join(services.base_urls),
+                "service_signing_key": services.signing_key}
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "approvals", "approve", approval_id, "--tenant", "acme", "--as", "dave",
+         "--json"],
+        cwd=ROOT, env=gateway_env(env.settings.database.url, log_level="WARNING", **settings),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    assert view["status"] == "succeeded" and view["outcome"]["result"]["owner"] == "bob"
+    assert env.service.applied_changes == changes + 1
+    arrived = next(r for r in reversed(env.service.seen) if r.raw_path == "/api/orders")
+    assert arrived.headers["idempotency-key"] == idempotency_key_for(approval_id)
+    (claims,) = [c for c in env.service.claims if c["tool_call_id"] == asked["_call_id"]]
+    assert claims["sub"] == "bob"
