@@ -20,7 +20,6 @@ reason, tenant or user is ``INVALID_REQUEST``, refused before the database is to
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
 import sys
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
     from gateway.execution.approvals import ApprovalService
 
 STATUSES = ("pending", "executing", "succeeded", "failed", "rejected", "expired")
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # gateway.api.params.RESOURCE_ID_PATTERN
 MAX_REASON_STDIN_BYTES = 64 * 1024
 
 
@@ -104,15 +102,24 @@ def _checked(args: argparse.Namespace) -> _Request:
     for label, value, longest in (("--tenant", args.tenant, 64), ("--as", args.approver, 128)):
         if not value or len(value) > longest or not is_storable(value):
             raise UsageError(f"{label} must be 1-{longest} characters a database can store")
+    from gateway.api.params import RESOURCE_ID_PATTERN
+
     approval_id = getattr(args, "approval_id", None)
-    if approval_id is not None and not ID_PATTERN.match(approval_id):
+    if approval_id is not None and not re.fullmatch(RESOURCE_ID_PATTERN, approval_id):
         raise UsageError("an approval id is 1-64 letters, digits, '_' or '-'")
     reason = getattr(args, "reason", None)
     if reason == "-":
         reason = sys.stdin.buffer.read(MAX_REASON_STDIN_BYTES + 1).decode("utf-8", errors="surrogateescape")
         reason = reason.removesuffix("\n")
-    if reason is not None and not (0 < len(reason) <= 1000 and is_storable(reason)):
-        raise UsageError("--reason must be 1-1000 characters, without NUL and in valid UTF-8")
+    if reason is not None:
+        from gateway.api.schemas import RejectBody
+
+        try:
+            msgspec.convert({"reason": reason}, RejectBody)  # the API's rule for a reason
+        except msgspec.ValidationError:
+            raise UsageError("--reason must be 1-1000 characters, without NUL") from None
+        if not is_storable(reason):  # what a command line adds: bytes that are not UTF-8
+            raise UsageError("--reason must be valid UTF-8")
     limit = getattr(args, "limit", 50)
     if not 1 <= limit <= 200:
         raise UsageError("--limit must be 1-200")

@@ -463,7 +463,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if bool(args.question) == bool(args.resume):
         print("gateway chat: ask a question, or name a run with --resume (not both)", file=sys.stderr)
         return 2
-    if args.resume is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", args.resume):
+    from gateway.api.params import RESOURCE_ID_PATTERN
+
+    if args.resume is not None and not re.fullmatch(RESOURCE_ID_PATTERN, args.resume):
         print("gateway chat: --resume takes a run id (1-64 letters, digits, '_' or '-')", file=sys.stderr)
         return 2
     url = args.url or os.environ.get("GATEWAY_URL") or "http://127.0.0.1:8000"

@@ -144,6 +144,7 @@ async def test_hostile_input_is_a_usage_error_and_decides_nothing(client, databa
         (["reject", approval_id, "--reason", "", *who], None),
         (["approve", "../" + approval_id, *who], None),
         (["approve", "a" * 65, *who], None),
+        (["approve", approval_id + "\n", *who], None),
         (["approve", "apr_\u00fc", *who], None),
         (["show", "", *who], None),
         (["approve", approval_id, "--tenant", "acme", "--as", b"da\xffve"], None),

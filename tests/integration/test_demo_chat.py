@@ -112,7 +112,7 @@ def test_outside_demo_mode_the_scripted_model_stops_start_up_with_a_clear_messag
 
 
 def test_gateway_chat_refuses_a_malformed_run_to_resume(tmp_path: Path):
-    for args in (["--resume", "../../v1/admin/x"], ["--resume", "run_1", "also a question"], []):
+    for args in (["--resume", "../../v1/admin/x"], ["--resume", "run_1\n"], ["--resume", "run_1", "also a question"], []):
         done = subprocess.run([sys.executable, "-m", "gateway", "chat", *args], cwd=tmp_path, capture_output=True,
                               text=True, timeout=60, env={k: v for k, v in os.environ.items()
                                                           if not k.startswith("GATEWAY_")})
