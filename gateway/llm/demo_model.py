@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.llm.base import AssistantMessage, ChatResult, Message, SamplingOptions, Usage, model_tool_call, new_tool_call_id
+from gateway.llm.base import (
+    AssistantMessage,
+    ChatResult,
+    Message,
+    SamplingOptions,
+    Usage,
+    model_tool_call,
+    new_tool_call_id,
+)
 from gateway.settings import Settings, SettingsError
 from gateway.text import nests_deeper_than
 
@@ -39,18 +47,23 @@ PREFIX = "[demo model]"
 MAX_SCANNED_CHARS = 10_000
 """Only the start of a message is read for keywords: the rules are demo-sized."""
 RESULT_PREVIEW = 200
+MAX_PLANNED_CALLS = 8
+"""At most this many calls for one message (a run's steps stop it sooner anyway)."""
 MAX_JSON_DEPTH = 64
 
 _NUMBER = r"(-?\d{1,16})(?!\d)"
+_WORDS = re.I | re.A
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("add", re.compile(rf"\badd\s+{_NUMBER}\s+(?:and|to|\+)\s+{_NUMBER}|{_NUMBER}\s+(?:plus|\+)\s+{_NUMBER}", re.I | re.A)),
+    ("add", re.compile(rf"\badd\s+{_NUMBER}\s+(?:and|to|\+)\s+{_NUMBER}|{_NUMBER}\s+(?:plus|\+)\s+{_NUMBER}", _WORDS)),
     ("multiply", re.compile(
-        rf"\bmultiply\s+{_NUMBER}\s+(?:and|by|with)\s+{_NUMBER}|{_NUMBER}\s+(?:times|\*)\s+{_NUMBER}", re.I | re.A)),
-    ("divide", re.compile(rf"\bdivide\s+{_NUMBER}\s+by\s+{_NUMBER}|{_NUMBER}\s+(?:divided\s+by|/)\s+{_NUMBER}", re.I | re.A)),
-    ("get_current_time", re.compile(r"\b(?:time|clock)\b", re.I | re.A)),
-    ("create_article", re.compile(r"\b(?:create|write|add|publish)\s+(?:an?\s+|one\s+)?(?:new\s+)?article\b", re.I | re.A)),
+        rf"\bmultiply\s+{_NUMBER}\s+(?:and|by|with)\s+{_NUMBER}|{_NUMBER}\s+(?:times|\*)\s+{_NUMBER}", _WORDS)),
+    ("divide", re.compile(
+        rf"\bdivide\s+{_NUMBER}\s+by\s+{_NUMBER}|{_NUMBER}\s+(?:divided\s+by|/)\s+{_NUMBER}", _WORDS)),
+    ("get_current_time", re.compile(r"\b(?:time|clock)\b", _WORDS)),
+    ("create_article", re.compile(
+        r"\b(?:create|write|add|publish)\s+(?:an?\s+|one\s+)?(?:new\s+)?article\b", _WORDS)),
 )
-_TITLE = re.compile(r"\b(?:titled|called|named)\s+[\"“']([^\"”'\x00]{1,200})[\"”']", re.I | re.A)
+_TITLE = re.compile(r"\b(?:titled|called|named)\s+[\"“']([^\"”'\x00]{1,200})[\"”']", _WORDS)
 DEFAULT_TITLE = "A note from the demo model"
 DEFAULT_BODY = "Written by the gateway's scripted demo model, at a user's request, once an approver agreed."
 
@@ -76,15 +89,15 @@ def plan(text: str) -> list[PlannedCall]:
             if name == "create_article":
                 title = _TITLE.search(text)
                 named = title.group(1).strip() if title else ""
-                found.append((match.start(), PlannedCall(name, {"title": named or DEFAULT_TITLE, "body": DEFAULT_BODY})))
+                arguments = {"title": named or DEFAULT_TITLE, "body": DEFAULT_BODY}
+                found.append((match.start(), PlannedCall(name, arguments)))
                 break  # one article per message
             if name == "get_current_time":
                 found.append((match.start(), PlannedCall(name, {})))
-                break
-            else:
-                numbers = [int(group) for group in match.groups() if group is not None]
-                found.append((match.start(), PlannedCall(name, {"a": numbers[0], "b": numbers[1]})))
-    return [call for _, call in sorted(found, key=lambda item: item[0])]
+                break  # one look at the clock per message
+            numbers = [int(group) for group in match.groups() if group is not None]
+            found.append((match.start(), PlannedCall(name, {"a": numbers[0], "b": numbers[1]})))
+    return [call for _, call in sorted(found, key=lambda item: item[0])][:MAX_PLANNED_CALLS]
 
 
 def check_demo_model(settings: Settings) -> None:

@@ -39,6 +39,10 @@ def test_plan_follows_the_message_order_and_reads_the_numbers():
     assert calls[2].arguments["title"] == "Hello"
 
 
+def test_a_message_naming_many_calls_plans_a_bounded_number():
+    assert len(plan("add 1 and 2, " * 1000)) == 8
+
+
 def test_the_model_calls_one_tool_per_round_then_answers_in_words_labelled_as_the_demo_model():
     history = [user("add 2 and 3, then create an article")]
     first = answer(history, TOOLS, SamplingOptions())
