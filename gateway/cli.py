@@ -1,4 +1,4 @@
-"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit, chat."""
+"""`gateway ...` commands: serve, migrate, seed-demo, token, tenants, audit, chat, approvals."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -188,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_chat_parser(commands)
     commands.choices["chat"].set_defaults(handler=cmd_chat)
+    from gateway.approvals_cli import add_parser as add_approvals_parser, cmd_approvals
+
+    add_approvals_parser(commands)
+    commands.choices["approvals"].set_defaults(handler=cmd_approvals)
     return parser
 
 
@@ -472,19 +477,33 @@ def _read_anchor(path: str, tenant_id: str) -> Anchor:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from gateway.chat_cli import request_body, run_chat
+    from gateway.chat_cli import ApprovalHints, request_body, run_chat
 
+    if bool(args.question) == bool(args.resume):
+        print("gateway chat: ask a question, or name a run with --resume (not both)", file=sys.stderr)
+        return 2
+    from gateway.api.params import RESOURCE_ID_PATTERN
+
+    if args.resume is not None and not re.fullmatch(RESOURCE_ID_PATTERN, args.resume):
+        print("gateway chat: --resume takes a run id (1-64 letters, digits, '_' or '-')", file=sys.stderr)
+        return 2
     url = args.url or os.environ.get("GATEWAY_URL") or "http://127.0.0.1:8000"
     token = args.token or os.environ.get("GATEWAY_TOKEN")
+    hints = ApprovalHints(console_url=url.rstrip("/") + "/console/")
     if not token:
         from gateway.auth.dev_tokens import mint_token
+        from gateway.demo import DEMO_APPROVER
 
         settings = load_settings(demo=args.demo)
         if settings.jwt.secret is None:
             raise SettingsError("pass --token (or set GATEWAY_TOKEN), or set GATEWAY_JWT_SECRET (or --demo) to mint one")
-        roles = args.roles if args.roles else _directory_roles(settings, args.tenant, args.user)
-        token = mint_token(settings, tenant_id=args.tenant, user_id=args.user, roles=roles, ttl_s=3600)
-    return run_chat(url, token, request_body(args))
+        user = args.user or ("bob" if args.demo else "alice")
+        roles = args.roles if args.roles else _directory_roles(settings, args.tenant, user)
+        token = mint_token(settings, tenant_id=args.tenant, user_id=user, roles=roles, ttl_s=3600)
+        hints = ApprovalHints(console_url=hints.console_url, tenant=args.tenant,
+                              approver=DEMO_APPROVER if args.demo else "APPROVER")
+    body = request_body(args) if args.question else None
+    return run_chat(url, token, body, resume_run=args.resume, wait_s=max(0.0, args.wait), hints=hints)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -493,12 +512,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from gateway.db.migrate import upgrade_to_head
     from gateway.logging import configure_logging
+    from gateway.llm.demo_model import check_demo_model
     from gateway.observability.multiprocess import prepare_metrics_dir, remove_metrics_dir
 
     settings = load_settings(demo=args.demo)
     configure_logging(settings.log.level, settings.log.format)
     if not settings.demo:
         settings.require_signing_setup()
+    check_demo_model(settings)
     workers = settings.server.workers if args.workers is None else args.workers
     if workers < 1:
         raise SettingsError("--workers must be at least 1")
@@ -550,7 +571,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def print_demo_banner(settings: Settings, host: str, port: int) -> None:
     from gateway.auth.dev_tokens import mint_token
-    from gateway.demo import DEMO_TENANTS, DEMO_USERS
+    from gateway.demo import DEMO_APPROVER, DEMO_TENANTS, DEMO_USERS
+    from gateway.llm.demo_model import DEMO_MODEL, offers_demo_model
 
     base = f"http://{host}:{port}"
     out = sys.stdout
@@ -565,6 +587,14 @@ def print_demo_banner(settings: Settings, host: str, port: int) -> None:
             print(f"  {tenant_id}/{user.id} ({', '.join(user.roles)}):\n    {token}", file=out)
     print("\nList the tools alice may use:", file=out)
     print(f"  curl -s -H {shlex.quote('Authorization: Bearer ' + str(first))} {base}/v1/tools\n", file=out)
+    print(f"Approvals console: {base}/console/  (sign in with acme/{DEMO_APPROVER}'s token, the second approver)",
+          file=out)
+    print(f"  in a terminal: gateway approvals list --tenant acme --as {DEMO_APPROVER}\n", file=out)
+    if offers_demo_model(settings):
+        print(f"Model: no GATEWAY_LLM_* is set, so the scripted demo model `{DEMO_MODEL}` answers (keyword rules,",
+              file=out)
+        print("not a language model). Try the agent loop, its approval pause and the resumed answer:", file=out)
+        print(f"  gateway chat --demo --url {base} \"add 2 and 3, then create an article\"\n", file=out)
     print(f"API docs: {base}/schema   OpenAPI: {base}/schema/openapi.json\n", file=out, flush=True)
 
 

@@ -15,11 +15,15 @@ MEMBER = frozenset({"articles:read", "calculator:use", "time:read"})
 EDITOR = MEMBER | {"articles:write", "articles:edit_any"}
 ADMIN = EDITOR | {"approvals:decide", "audit:read", "roles:manage", "tools:manage", "tenants:manage",
                   "webhooks:manage"}
+APPROVER = frozenset({"approvals:decide"})
+"""Decides approvals and nothing else: listing, reading and deciding them all need only this
+permission, and the frozen call runs as its requester, never with the approver's rights."""
 
 DEMO_ROLES: dict[str, tuple[str, frozenset[str]]] = {
     "member": ("Reads articles, uses the calculator and the clock.", MEMBER),
     "editor": ("A member who also writes and edits any article.", EDITOR),
     "admin": ("An editor who also decides approvals, reads the audit and administers the tenant.", ADMIN),
+    "approver": ("Lists, reads and decides approvals; nothing else.", APPROVER),
 }
 
 
@@ -35,7 +39,10 @@ DEMO_USERS = (
     DemoUser("alice", "Alice (member)", ("member",)),
     DemoUser("bob", "Bob (editor)", ("editor",)),
     DemoUser("carol", "Carol (admin)", ("admin",)),
+    DemoUser("dave", "Dave (approver)", ("approver",)),
 )
+DEMO_APPROVER = "dave"
+"""A second approver: carol's own writes need someone else's decision (no self-approval)."""
 DEMO_ARTICLES = (
     ("Getting started with the gateway", "Every tool call a model makes goes through the gateway's guards."),
     ("Expense policy", "Expenses above 500 need a manager's approval before they are paid."),

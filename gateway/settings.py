@@ -38,7 +38,7 @@ AtLeast1 = Annotated[int, Meta(ge=1)]
 NotNegative = Annotated[float, Meta(ge=0)]
 Positive = Annotated[float, Meta(gt=0)]
 HttpUrl = Annotated[str, Meta(pattern=HTTP_URL)]
-LlmKind = Literal["openai", "ollama"]
+LlmKind = Literal["openai", "ollama", "demo"]
 
 
 class SettingsError(Exception):
@@ -606,7 +606,8 @@ FIELD_DOCS: dict[str, str] = {
     "run_max_total_tokens": "Agent loop: default (and highest) `max_total_tokens`, input + output over one run.",
     "run_timeout_s": "Agent loop: default (and highest) wall-clock limit of one run (or resume), in seconds.",
     "chat_max_messages": "Agent loop: most messages one chat request may carry (400 `INVALID_REQUEST` above).",
-    "llm_kind": "Kind of the default model provider: `openai` (any OpenAI-compatible API) or `ollama` (native).",
+    "llm_kind": "Kind of the default model provider: `openai` (any OpenAI-compatible API) or `ollama` (native); "
+    "`demo`, the scripted demo model, only in demo mode (which offers it anyway when no provider is set).",
     "llm_base_url": "Base URL of the default provider; for `openai` with the version path (`http://host:11434/v1`).",
     "llm_model": "Model name the default provider is asked for (required with `GATEWAY_LLM_BASE_URL`).",
     "llm_api_key": "API key of the default provider, sent as a bearer token; never logged or returned.",

@@ -6,6 +6,7 @@ import httpx
 
 from gateway.errors import ErrorCode, GatewayError
 from gateway.llm.base import ChatModel
+from gateway.llm.demo_model import DEMO_MODEL, DemoScriptedModel, check_demo_model, offers_demo_model
 from gateway.llm.ollama import OllamaChatModel
 from gateway.llm.openai import OpenAIChatModel
 from gateway.llm.transport import UpstreamTransport
@@ -14,6 +15,8 @@ from gateway.settings import DEFAULT_PROVIDER, LlmProvider, Settings
 
 
 def build_model(provider: LlmProvider, transport: UpstreamTransport, metrics: Metrics) -> ChatModel:
+    if provider.kind == "demo":
+        return DemoScriptedModel(provider.name, metrics)
     if provider.kind == "ollama":
         return OllamaChatModel(provider, transport, metrics)
     return OpenAIChatModel(provider, transport, metrics)
@@ -22,10 +25,13 @@ def build_model(provider: LlmProvider, transport: UpstreamTransport, metrics: Me
 class ModelProviders:
     """``GATEWAY_LLM_*`` is the provider named ``default``; ``GATEWAY_LLM_PROVIDERS`` adds more.
 
-    The default is ``default`` when set, else the first of the list.
+    The default is ``default`` when set, else the first of the list. In demo mode without
+    any, the scripted demo model ``demo-scripted`` is the default; outside demo mode asking
+    for it stops start-up.
     """
 
     def __init__(self, settings: Settings, http: httpx.AsyncClient, metrics: Metrics) -> None:
+        check_demo_model(settings)
         transport = UpstreamTransport(
             http,
             retries=settings.llm.retries,
@@ -35,6 +41,8 @@ class ModelProviders:
         self._models: dict[str, ChatModel] = {
             provider.name: build_model(provider, transport, metrics) for provider in settings.llm.model_providers()
         }
+        if offers_demo_model(settings) and DEMO_MODEL not in self._models:
+            self._models = {DEMO_MODEL: DemoScriptedModel(DEMO_MODEL, metrics), **self._models}
         self._default = next(iter(self._models), None)
 
     @property

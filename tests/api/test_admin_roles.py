@@ -17,7 +17,8 @@ async def test_lists_the_tenants_roles_with_their_permissions(client):
     response = await client.get("/v1/admin/roles", headers=CAROL)
     assert response.status_code == 200
     roles = {r["name"]: r for r in response.json()["items"]}
-    assert set(roles) == {"admin", "editor", "member"}
+    assert set(roles) == {"admin", "approver", "editor", "member"}
+    assert roles["approver"]["permissions"] == ["approvals:decide"]
     assert roles["member"]["permissions"] == ["articles:read", "calculator:use", "time:read"]
 
 

@@ -103,7 +103,7 @@ def test_gateway_seed_demo_is_idempotent(pg_url):
     second = gateway("seed-demo", GATEWAY_DATABASE_URL=url)
     assert second.returncode == 0, second.stderr
     assert asyncio.run(counts(url)) == after_first
-    assert after_first["tenants"] == 2 and after_first["roles"] == 6 and after_first["users"] == 6
+    assert after_first["tenants"] == 2 and after_first["roles"] == 8 and after_first["users"] == 8
     assert after_first["articles"] == 4
 
 
@@ -155,7 +155,7 @@ def test_gateway_serve_demo_prints_working_tokens_and_a_curl_line_and_keeps_its_
     process, banner = start_demo(reachable_tmp, port)
     try:
         tokens = re.findall(r"^\s+(eyJ[\w-]+\.[\w-]+\.[\w-]+)$", banner, re.M)
-        assert len(tokens) == 6  # alice, bob, carol in acme and globex
+        assert len(tokens) == 8  # alice, bob, carol, dave in acme and globex
         (curl,) = [line for line in banner.splitlines() if line.strip().startswith("curl ")]
         header = re.search(r"'Authorization: Bearer ([^']+)'", curl).group(1)
         listed = httpx.get(f"{base}/v1/tools", headers={"Authorization": f"Bearer {header}"}, timeout=5)

@@ -9,7 +9,7 @@ import jwt
 
 TEST_SECRET = "test-secret-that-is-long-enough-for-hs256-0123456789"
 
-DEMO_ROLES = {"alice": ["member"], "bob": ["editor"], "carol": ["admin"]}
+DEMO_ROLES = {"alice": ["member"], "bob": ["editor"], "carol": ["admin"], "dave": ["approver"]}
 DEFAULT_TTL_S = 8 * 3600
 """Tokens are often made when a test module is imported: they must outlive a slow run of the
 whole suite, and stay within the gateway's default lifetime cap (a day)."""
