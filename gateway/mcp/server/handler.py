@@ -31,6 +31,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from gateway.auth.principal import Principal
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.executor import ToolExecutor
+from gateway.execution.guards.permission import allows
 from gateway.execution.ledger import Ledger, RunNotFound
 from gateway.execution.policy import needs_approval
 from gateway.execution.protocol import MAX_TOOL_NAME_LENGTH, ToolCallRequest
@@ -253,9 +254,14 @@ class McpServer:
 
     def _call_id(self, principal: Principal, name: str, raw: bytes) -> str:
         """Derived from the call when it needs approval (the same call answers the same approval),
-        otherwise unique."""
+        otherwise unique. A call the caller may not make gets a unique id: its refusal must not
+        be the stored answer to the same call once the caller may make it."""
         tool = self._registry.get(name)
-        if tool is not None and needs_approval(tool, principal.tool_policies.for_tool(name)):
+        if (
+            tool is not None
+            and allows(principal, tool)
+            and needs_approval(tool, principal.tool_policies.for_tool(name))
+        ):
             try:
                 canonical = tool.arguments.decode(raw).canonical
             except ArgumentsInvalid:

@@ -71,6 +71,9 @@ class McpRuns:
     async def token_run(self, principal: Principal, token: str) -> str:
         key, token_expires = token_identity(token)
         now = datetime.now(UTC)
+        if token_expires <= now:
+            # Past its exp, still accepted within the clock-skew leeway: its run expired with it.
+            raise ValueError("the token has expired")
         cache_key = (principal.tenant_id, principal.user_id, key)
         cached = self._cache.get(cache_key)
         if cached is not None and cached[1] > now:
