@@ -7,7 +7,7 @@ from litestar import Router
 from litestar.static_files import create_static_files_router
 
 from gateway.auth.middleware import CONSOLE_PATHS
-from gateway.console import approvals, audit, signin, tenant
+from gateway.console import approvals, audit, signin, tenant, webhooks
 from gateway.console.web import EXCEPTION_HANDLERS, PREFIX, STATIC
 
 __all__ = ["CONSOLE_PATHS", "console_routers"]
@@ -27,6 +27,7 @@ def console_routers() -> list[Router]:
             *approvals.HANDLERS,
             *audit.HANDLERS,
             *tenant.HANDLERS,
+            *webhooks.HANDLERS,
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         include_in_schema=False,
