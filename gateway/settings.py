@@ -196,6 +196,15 @@ class ToolSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True)
     file: str | None = None
 
 
+class McpUpstreamSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The MCP servers of the tools file (``[mcp_servers.NAME]``): how often their tools are listed."""
+
+    env_prefix = "mcp_"
+
+    refresh_s: Positive = 300.0
+    list_timeout_s: Positive = 10.0
+
+
 class RequestLimits(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What one request may carry."""
 
@@ -296,6 +305,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     server: ServerSettings = _group(ServerSettings)
     rate_limits: RateLimitSettings = _group(RateLimitSettings)
     metrics: MetricsSettings = _group(MetricsSettings)
+    mcp_upstream: McpUpstreamSettings = _group(McpUpstreamSettings)
 
     def __post_init__(self) -> None:
         for name, group in self.groups():
@@ -613,6 +623,10 @@ FIELD_DOCS: dict[str, str] = {
     "Prometheus' `authorization` setting); otherwise anyone who reaches the route may scrape.",
     "metrics_tenant_labels": "`false`: metrics carry no tenant label (`gateway_approvals_pending` is one sum), "
     "so a scrape does not list the tenants.",
+    "mcp_refresh_s": "Seconds between two listings of the tools of each MCP server of the tools file "
+    "(see [MCP servers](mcp-servers.md)): a tool added, changed or removed upstream, or a server back up, shows "
+    "within this time.",
+    "mcp_list_timeout_s": "Timeout of opening a session with an MCP server and listing its tools, in seconds.",
 }
 
 
