@@ -39,6 +39,9 @@ class UpstreamState:
     """One entry per execution of the write tool."""
     slow_cancelled: int = 0
     slow_started: int = 0
+    break_calls: dict[str, str] = field(default_factory=dict)
+    """Tool name -> how a ``tools/call`` of it is answered at the HTTP level: ``"500"`` (an error
+    page, not JSON-RPC) or ``"drop"`` (the connection closed without an answer)."""
     _jwks: dict[str, Any] | None = None
 
     async def verify(self, ctx: Context) -> dict[str, Any]:
@@ -94,6 +97,14 @@ def create_upstream(state: UpstreamState, *, extra_tools: bool = True) -> Any:
     @server.tool(description="Fails with the given text.")
     async def fail(text: str) -> str:
         raise ToolError(text)
+
+    @server.tool(description="Fails with the given text (mapped to a business rule).")
+    async def fail_business(text: str) -> str:
+        raise ToolError(text)
+
+    @server.tool(description="Answered by the HTTP layer as the test says (state.break_calls).")
+    async def broken() -> str:
+        return "never"
 
     @server.tool(description="Sleeps, noting whether it was cancelled.")
     async def slow(ms: int) -> str:
@@ -162,6 +173,18 @@ class _Recording:
                 self._state.methods.append(item["method"])
                 if item["method"] == "notifications/cancelled":
                     self._state.cancelled_params.append(item.get("params") or {})
+                if item["method"] == "tools/call":
+                    mode = self._state.break_calls.get((item.get("params") or {}).get("name"))
+                    if mode == "500":
+                        await send({"type": "http.response.start", "status": 500,
+                                    "headers": [(b"content-type", b"text/html")]})
+                        await send({"type": "http.response.body", "body": b"<h1>Internal Server Error</h1>"})
+                        return
+                    if mode == "drop":  # half an answer, then the connection is closed
+                        await send({"type": "http.response.start", "status": 200,
+                                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"100")]})
+                        await send({"type": "http.response.body", "body": b'{"jsonrpc": "2.0", ', "more_body": True})
+                        raise ConnectionAbortedError("dropped on purpose")
         sent = False
 
         async def replay() -> dict[str, Any]:

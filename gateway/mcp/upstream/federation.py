@@ -61,6 +61,8 @@ class Federation:
         self._client: httpx2.AsyncClient | None = None
         self._upstreams: dict[str, UpstreamSession] = {}
         self._down: dict[str, str] = {}
+        self._refused: dict[str, dict[str, str]] = {}
+        """Per server, the included tools left out and why: each is logged when it first happens."""
         self._task: asyncio.Task[None] | None = None
 
     def __bool__(self) -> bool:
@@ -123,19 +125,26 @@ class Federation:
             if isinstance(exc, TimeoutError):
                 reason = f"no tool list within {self._list_timeout_s:g} s"
             await upstream.drop()
-            removed = self._registry.replace_source(source_of(server.name), [])
+            self._registry.replace_source(source_of(server.name), [])
             if self._down.get(server.name) != reason:
-                log.warning("mcp_server_unavailable", server=server.name, reason=reason, tools_removed=removed)
+                log.warning("mcp_server_unavailable", server=server.name, reason=reason)
             self._down[server.name] = reason
             return
-        tools = self._tools_of(server, upstream, listed)
-        refused = self._registry.replace_source(source_of(server.name), tools, label=server.name)
-        for name in refused:
-            log.error("mcp_tool_refused", server=server.name, tool=name, reason="the name is taken by another tool")
+        refusals: dict[str, str] = {}
+        tools = self._tools_of(server, upstream, listed, refusals)
+        for name in self._registry.replace_source(source_of(server.name), tools):
+            refusals[name] = "the name is taken by another tool"
+        known = self._refused.get(server.name, {})
+        for tool, reason in refusals.items():
+            if known.get(tool) != reason:
+                log.error("mcp_tool_refused", server=server.name, tool=tool, reason=reason)
+        self._refused[server.name] = refusals
         if self._down.pop(server.name, None) is not None:
-            log.info("mcp_server_available", server=server.name, tools=len(tools) - len(refused))
+            log.info("mcp_server_available", server=server.name, tools=len(tools))
 
-    def _tools_of(self, server: McpServerSpec, upstream: UpstreamSession, listed: list[types.Tool]) -> list[Tool]:
+    def _tools_of(
+        self, server: McpServerSpec, upstream: UpstreamSession, listed: list[types.Tool], refusals: dict[str, str]
+    ) -> list[Tool]:
         by_name: dict[str, list[types.Tool]] = {}
         for tool in listed:
             by_name.setdefault(tool.name, []).append(tool)
@@ -143,8 +152,7 @@ class Federation:
         for spec in server.tools:
             found = by_name.get(spec.upstream_name, [])
             if len(found) != 1:
-                reason = "not in the server's tool list" if not found else "listed more than once"
-                log.warning("mcp_tool_refused", server=server.name, tool=spec.upstream_name, reason=reason)
+                refusals[spec.upstream_name] = "not in the server's tool list" if not found else "listed more than once"
                 continue
             try:
                 tools.append(federated_tool(
@@ -152,5 +160,5 @@ class Federation:
                     max_json_depth=self._settings.requests.max_json_depth,
                 ))
             except SchemaError as exc:
-                log.error("mcp_tool_refused", server=server.name, tool=spec.upstream_name, reason=str(exc))
+                refusals[spec.upstream_name] = str(exc)
         return tools

@@ -18,6 +18,7 @@ import mcp_types as types
 import structlog
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from gateway.mcp.upstream.config import McpServerSpec
 from gateway.mcp.upstream.transport import LIST_RESPONSE_LIMIT
@@ -156,4 +157,6 @@ def describe_failure(exc: BaseException) -> str:
         return "connection refused or unreachable"
     if isinstance(exc, httpx2.TransportError):
         return f"transport error ({type(exc).__name__})"
+    if isinstance(exc, MCPError):
+        return "connection closed" if exc.code == types.CONNECTION_CLOSED else f"MCP error {exc.code}"
     return type(exc).__name__
