@@ -371,3 +371,22 @@ async def test_a_server_that_goes_down_and_comes_back_loses_then_regains_its_too
     result = await gw.call("flaky_whoami", {}, user="alice")
     assert result["ok"] is True and result["result"]["sub"] == "alice"
 
+
+
+async def test_an_oversized_tool_list_is_refused_and_the_server_named_degraded(env: Env, gw: Caller):
+    assert "flaky_whoami" in await tools_of(gw)
+    env.flaky.state.hostile_list_bytes = 8 * 1024 * 1024
+    try:
+        async def refused() -> bool:
+            readiness = (await gw.client.get("/readyz")).json()
+            named = any(p["component"] == "mcp_server:flaky" for p in readiness.get("degraded", []))
+            return named and "flaky_whoami" not in await tools_of(gw)
+
+        await eventually(refused, "the oversized list is refused and the server's tools removed")
+    finally:
+        env.flaky.state.hostile_list_bytes = 0
+
+    async def back() -> bool:
+        return "flaky_whoami" in await tools_of(gw)
+
+    await eventually(back, "the server's tools are back with an ordinary list")

@@ -39,6 +39,8 @@ class UpstreamState:
     """One entry per execution of the write tool."""
     slow_cancelled: int = 0
     slow_started: int = 0
+    hostile_list_bytes: int = 0
+    """When set, ``tools/list`` is answered with a JSON-RPC result of about this many bytes."""
     break_calls: dict[str, str] = field(default_factory=dict)
     """Tool name -> how a ``tools/call`` of it is answered at the HTTP level: ``"500"`` (an error
     page, not JSON-RPC) or ``"drop"`` (the connection closed without an answer)."""
@@ -180,6 +182,14 @@ class _Recording:
                 self._state.methods.append(item["method"])
                 if item["method"] == "notifications/cancelled":
                     self._state.cancelled_params.append(item.get("params") or {})
+                if item["method"] == "tools/list" and self._state.hostile_list_bytes:
+                    filler = "x" * self._state.hostile_list_bytes
+                    answer = json.dumps({"jsonrpc": "2.0", "id": item.get("id"), "result": {"tools": [
+                        {"name": "whoami", "description": filler, "inputSchema": {"type": "object"}}]}}).encode()
+                    await send({"type": "http.response.start", "status": 200,
+                                "headers": [(b"content-type", b"application/json")]})
+                    await send({"type": "http.response.body", "body": answer})
+                    return
                 if item["method"] == "tools/call":
                     mode = self._state.break_calls.get((item.get("params") or {}).get("name"))
                     if mode == "500":

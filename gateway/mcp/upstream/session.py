@@ -71,7 +71,10 @@ class UpstreamSession:
             task.cancel()
             await _settle(task)
             raise SessionUnavailable(f"no answer to initialize within {self._open_timeout_s:g} s") from None
-        except SessionUnavailable:
+        except BaseException:
+            # Failed, or the caller was cancelled (its own timeout): no session task outlives this.
+            stop.set()
+            task.cancel()
             await _settle(task)
             raise
         self._session, self._task, self._stop = session, task, stop
