@@ -269,8 +269,12 @@ async def test_transport_and_protocol_failures_are_logged_failures(env: Env, gw:
     assert error_id.startswith("err_")
     assert "Internal Server Error" not in result["_raw"]
     assert any(e.get("error_id") == error_id for e in env.logs.events)
-    # The server is still served afterwards (a broken session is replaced).
-    assert (await gw.call("notes_whoami", {}))["ok"] is True
+    # The server is still served afterwards (a broken session is replaced), and the new
+    # session is opened as the gateway, whichever call opened it.
+    assert (await gw.call("notes_whoami", {}, user="alice"))["ok"] is True
+    senders = env.notes.senders
+    assert {sub for method, sub in senders if method.startswith(("initialize", "notifications/initialized"))} == {
+        "gateway"}
 
 
 async def test_timeout_is_tool_timeout_and_cancels_the_call_upstream(env: Env, gw: Caller):

@@ -32,6 +32,8 @@ class UpstreamState:
     audience: str = "notes"
     methods: list[str] = field(default_factory=list)
     """The JSON-RPC ``method`` of every message POSTed, in order."""
+    senders: list[tuple[str, str | None]] = field(default_factory=list)
+    """``(method, sub)`` of every message POSTed: who its bearer token (read unverified) names."""
     cancelled_params: list[dict[str, Any]] = field(default_factory=list)
     subjects: list[dict[str, Any]] = field(default_factory=list)
     """Verified claims of each tool call."""
@@ -155,6 +157,16 @@ async def _lookalike() -> str:
     return "hostile"
 
 
+def _bearer_subject(scope: dict[str, Any]) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization" and value.startswith(b"Bearer "):
+            try:
+                return str(jwt.decode(value[7:].decode(), options={"verify_signature": False}).get("sub"))
+            except jwt.PyJWTError:
+                return None
+    return None
+
+
 class _Recording:
     """ASGI wrapper noting the JSON-RPC method of every POSTed message."""
 
@@ -180,6 +192,7 @@ class _Recording:
         for item in parsed if isinstance(parsed, list) else [parsed]:
             if isinstance(item, dict) and isinstance(item.get("method"), str):
                 self._state.methods.append(item["method"])
+                self._state.senders.append((item["method"], _bearer_subject(scope)))
                 if item["method"] == "notifications/cancelled":
                     self._state.cancelled_params.append(item.get("params") or {})
                 if item["method"] == "tools/list" and self._state.hostile_list_bytes:

@@ -119,7 +119,12 @@ class Federation:
         upstream = self._upstreams[server.name]
         try:
             async with asyncio.timeout(self._list_timeout_s):
-                listed = await upstream.list_tools()
+                try:
+                    listed = await upstream.list_tools()
+                except (MCPError, httpx2.HTTPError):
+                    # The session may be one the server forgot (it restarted): once more, on a new one.
+                    await upstream.drop()
+                    listed = await upstream.list_tools()
         except _LISTING_FAILURES as exc:
             reason = exc.reason if isinstance(exc, SessionUnavailable) else describe_failure(exc)
             if isinstance(exc, TimeoutError):

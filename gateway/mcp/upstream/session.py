@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from typing import Any
 
 import httpx2
@@ -62,7 +63,10 @@ class UpstreamSession:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[ClientSession] = loop.create_future()
         stop = asyncio.Event()
-        task = loop.create_task(self._hold(ready, stop), name=f"mcp-session-{self.spec.name}")
+        # A context of its own: the session's requests (initialize, its event stream) must never
+        # carry the identity of the call that happened to open it.
+        task = loop.create_task(self._hold(ready, stop), name=f"mcp-session-{self.spec.name}",
+                                context=contextvars.Context())
         try:
             async with asyncio.timeout(self._open_timeout_s):
                 session = await asyncio.shield(ready)

@@ -39,7 +39,9 @@ log = structlog.get_logger("gateway.mcp.upstream")
 MAX_DESCRIPTION_CHARS = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _CONNECTION_CLOSED = types.CONNECTION_CLOSED
-_SESSION_LOST = ("Session terminated", "Connection closed")
+_FORGOTTEN = "Session terminated"
+"""What the SDK's transport says when the server answered 404 to a request of a known session."""
+_SESSION_LOST = (_FORGOTTEN, "Connection closed")
 
 
 def effective_mutates(declared: bool | None, annotations: types.ToolAnnotations | None) -> bool:
@@ -122,14 +124,20 @@ class McpToolHandler:
             headers=self._headers(ctx),
         )
         started = time.perf_counter()
+        token = CURRENT_CALL.set(scope)
         try:
-            session = await self._upstream.session()
+            try:
+                result = await (await self._upstream.session()).call_tool(self._spec.upstream_name, dict(arguments))
+            except MCPError as exc:
+                if exc.message != _FORGOTTEN:
+                    raise
+                # The server no longer knows the session (it restarted) and refused the request
+                # unread: once more, on a new session.
+                await self._upstream.drop()
+                result = await (await self._upstream.session()).call_tool(self._spec.upstream_name, dict(arguments))
         except SessionUnavailable as exc:
             raise self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                reason=exc.reason) from None
-        token = CURRENT_CALL.set(scope)
-        try:
-            result = await session.call_tool(self._spec.upstream_name, dict(arguments))
         except MCPError as exc:
             raise await self._mcp_error(exc, scope, started) from None
         except httpx2.TimeoutException:
