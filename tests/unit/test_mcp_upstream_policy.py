@@ -99,6 +99,19 @@ def test_a_schema_that_cannot_be_made_strict_is_refused_with_its_path(schema: di
     assert path in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["\x00", "\ud800"])
+def test_a_schema_holding_unencodable_text_is_refused(text: str):
+    schema = {"type": "object", "properties": {"q": {"type": "string", "description": f"a{text}b"}}}
+    with pytest.raises(SchemaError, match="NUL character or a lone surrogate"):
+        _tool(_spec(), _listed(schema=schema))
+
+
+def test_a_description_with_a_lone_surrogate_can_still_be_listed():
+    registry = ToolRegistry()
+    registry.replace_source("mcp:notes", [_tool(_spec(), _listed(description="bad \ud800 text"))])
+    assert "bad \ufffd text" in registry.definitions_json(frozenset({"notes:read"})).decode()
+
+
 def test_the_upstream_description_is_cleaned_and_cut():
     tool = _tool(_spec(), _listed(description="Find\nnotes.\x00\x1b[31m" + "y" * 3000))
     assert tool.description.startswith("Find notes. [31m")
@@ -145,3 +158,18 @@ def test_non_ascii_names_are_refused_by_the_registry():
     lookalike = replace(_tool(_spec(), _listed()), name="ｓｅａｒｃｈ")  # full-width letters
     with pytest.raises(ValueError, match="must be 1-64 letters"):
         ToolRegistry().replace_source("mcp:notes", [lookalike])
+
+
+def test_a_schema_too_deep_to_check_is_refused_not_raised():
+    from gateway.mcp.upstream.federation import Federation
+    from gateway.settings import Settings
+
+    node: dict = {"type": "string"}
+    for _ in range(400):
+        node = {"type": "object", "properties": {"a": node}}
+    spec = _spec()
+    federation = Federation([_server(spec)], registry=ToolRegistry(), signer=None, settings=Settings())  # type: ignore[arg-type]
+    refusals: dict[str, str] = {}
+    tools = federation._tools_of(_server(spec), None, [_listed(schema=node)], refusals)  # type: ignore[arg-type]
+    assert tools == []
+    assert refusals["search"].startswith("input schema: ")

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from gateway.auth.principal import Principal
 from gateway.auth.service_tokens import ServiceTokenSigner
+from gateway.errors import new_error_id
 from gateway.mcp.upstream.config import McpServerSpec
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession, describe_failure
 from gateway.mcp.upstream.tools import federated_tool
@@ -113,7 +114,10 @@ class Federation:
     async def _refresh_forever(self) -> None:
         while True:
             await asyncio.sleep(self._refresh_s)
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # the loop outlives any one refresh; what failed is logged with its stack
+                log.exception("mcp_refresh_failed", error_id=new_error_id())
 
     async def _refresh_one(self, server: McpServerSpec) -> None:
         upstream = self._upstreams[server.name]
@@ -166,4 +170,6 @@ class Federation:
                 ))
             except SchemaError as exc:
                 refusals[spec.upstream_name] = str(exc)
+            except RecursionError:
+                refusals[spec.upstream_name] = "input schema: nested too deep"
         return tools

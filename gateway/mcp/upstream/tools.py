@@ -29,7 +29,7 @@ from gateway.mcp.upstream.config import McpServerSpec, McpToolSpec
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession
 from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, call_response_limit
 from gateway.observability.timing import elapsed_ms
-from gateway.text import holds_unstorable, nests_deeper_than
+from gateway.text import holds_unstorable, nests_deeper_than, storable_text
 from gateway.tools.base import Tool, ToolContext
 from gateway.tools.http import call_idempotency_key
 from gateway.tools.json_arguments import JsonSchemaArguments, SchemaError, strict_schema
@@ -54,8 +54,9 @@ def effective_mutates(declared: bool | None, annotations: types.ToolAnnotations 
 
 
 def clean_text(text: str, max_chars: int) -> str:
-    """Control characters (NUL and line breaks included) replaced by a space, cut to ``max_chars``."""
-    text = _CONTROL.sub(" ", text).strip()
+    """Control characters (NUL and line breaks included) replaced by a space, lone surrogates
+    (which UTF-8 cannot encode) by U+FFFD, cut to ``max_chars``."""
+    text = storable_text(_CONTROL.sub(" ", text)).strip()
     return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
 
 
@@ -69,6 +70,9 @@ def federated_tool(
     max_json_depth: int,
 ) -> Tool:
     """The gateway tool for ``listed``; ``SchemaError`` names the path of a schema that cannot be made strict."""
+    if holds_unstorable(listed.input_schema):
+        # It would reach the model (and the database) as text nothing can encode or store.
+        raise SchemaError("input schema: holds a NUL character or a lone surrogate")
     try:
         schema = strict_schema(listed.input_schema)
         arguments = JsonSchemaArguments(schema, spec.sensitive_fields)
