@@ -139,7 +139,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         if federation:
             stale_after = max(stale_after, timedelta(
                 seconds=2 * federation.longest_timeout_s + 2 * settings.database.statement_timeout_s))
-        ledger = create_ledger(db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=stale_after)
+        ledger = create_ledger(
+            db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=stale_after
+        )
         readiness = Readiness(db, degraded=federation.degraded if federation else None)
         executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger, metrics=metrics)
         runs = RunService(settings=settings, db=db, directory=directory)
