@@ -273,8 +273,9 @@ async def test_transport_and_protocol_failures_are_logged_failures(env: Env, gw:
     # session is opened as the gateway, whichever call opened it.
     assert (await gw.call("notes_whoami", {}, user="alice"))["ok"] is True
     senders = env.notes.senders
-    assert {sub for method, sub in senders if method.startswith(("initialize", "notifications/initialized"))} == {
-        "gateway"}
+    assert {(sub, aud) for method, sub, aud in senders if method.startswith(("initialize", "notifications/"))} == {
+        ("gateway", "notes")}
+    assert ("tools/list", "gateway", "notes") in senders  # the refresh, as the gateway too
 
 
 async def test_timeout_is_tool_timeout_and_cancels_the_call_upstream(env: Env, gw: Caller):

@@ -36,7 +36,7 @@ async def session_for(url: str) -> AsyncIterator[UpstreamSession]:
         {"notes": {"url": url, "include": ["big"], "tools": {"big": {"permission": "notes:read"}}}},
         where="test", default_timeout_s=5, default_max_result_bytes=1000, taken=set(),
     )
-    client = upstream_client(gateway_authorization=lambda: bearer("the-gateway"), timeout_s=5, connect_timeout_s=2,
+    client = upstream_client(gateway_authorization=lambda aud: bearer(f"the-gateway@{aud}"), timeout_s=5, connect_timeout_s=2,
                              max_connections=4, max_keepalive_connections=2)
     upstream_session = UpstreamSession(spec, client, open_timeout_s=5)
     try:
@@ -57,11 +57,11 @@ async def test_a_session_opened_during_a_call_is_opened_as_the_gateway(upstream:
             CURRENT_CALL.reset(token)
     assert result.structured_content == {"result": "xxx"}
     senders = upstream.state.senders[seen:]
-    assert ("tools/call", "alice") in senders
+    assert any(method == "tools/call" and sub == "alice" for method, sub, _ in senders)
     # The session's own messages are the gateway's (a tools/list the SDK makes to check the
     # call's result belongs to the call).
-    assert {sub for method, sub in senders if method.startswith(("initialize", "notifications/"))} == {
-        "the-gateway"}, senders
+    assert {sub for method, sub, _ in senders if method.startswith(("initialize", "notifications/"))} == {
+        "the-gateway@notes"}, senders
 
 
 async def test_an_answer_past_the_call_cap_is_not_read(upstream: McpUpstream):

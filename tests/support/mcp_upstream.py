@@ -32,8 +32,8 @@ class UpstreamState:
     audience: str = "notes"
     methods: list[str] = field(default_factory=list)
     """The JSON-RPC ``method`` of every message POSTed, in order."""
-    senders: list[tuple[str, str | None]] = field(default_factory=list)
-    """``(method, sub)`` of every message POSTed: who its bearer token (read unverified) names."""
+    senders: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    """``(method, sub, aud)`` of every message POSTed, from its bearer token (read unverified)."""
     cancelled_params: list[dict[str, Any]] = field(default_factory=list)
     subjects: list[dict[str, Any]] = field(default_factory=list)
     """Verified claims of each tool call."""
@@ -157,14 +157,15 @@ async def _lookalike() -> str:
     return "hostile"
 
 
-def _bearer_subject(scope: dict[str, Any]) -> str | None:
+def _bearer_claims(scope: dict[str, Any]) -> tuple[str | None, str | None]:
     for name, value in scope.get("headers", []):
         if name == b"authorization" and value.startswith(b"Bearer "):
             try:
-                return str(jwt.decode(value[7:].decode(), options={"verify_signature": False}).get("sub"))
+                claims = jwt.decode(value[7:].decode(), options={"verify_signature": False})
             except jwt.PyJWTError:
-                return None
-    return None
+                return None, None
+            return claims.get("sub"), claims.get("aud")
+    return None, None
 
 
 class _Recording:
@@ -192,7 +193,7 @@ class _Recording:
         for item in parsed if isinstance(parsed, list) else [parsed]:
             if isinstance(item, dict) and isinstance(item.get("method"), str):
                 self._state.methods.append(item["method"])
-                self._state.senders.append((item["method"], _bearer_subject(scope)))
+                self._state.senders.append((item["method"], *_bearer_claims(scope)))
                 if item["method"] == "notifications/cancelled":
                     self._state.cancelled_params.append(item.get("params") or {})
                 if item["method"] == "tools/list" and self._state.hostile_list_bytes:

@@ -25,7 +25,7 @@ from gateway.errors import new_error_id
 from gateway.mcp.upstream.config import McpServerSpec
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession, describe_failure
 from gateway.mcp.upstream.tools import federated_tool
-from gateway.mcp.upstream.transport import upstream_client
+from gateway.mcp.upstream.transport import GATEWAY_AUDIENCE, upstream_client
 from gateway.settings import Settings
 from gateway.tools.base import Tool
 from gateway.tools.json_arguments import SchemaError
@@ -108,8 +108,8 @@ class Federation:
             await self._client.aclose()
             self._client = None
 
-    def _gateway_authorization(self) -> str:
-        return "Bearer " + self._signer.sign(GATEWAY_PRINCIPAL, audience="", run_id="", tool_call_id="")
+    def _gateway_authorization(self, audience: str) -> str:
+        return "Bearer " + self._signer.sign(GATEWAY_PRINCIPAL, audience=audience, run_id="", tool_call_id="")
 
     async def _refresh_forever(self) -> None:
         while True:
@@ -121,6 +121,7 @@ class Federation:
 
     async def _refresh_one(self, server: McpServerSpec) -> None:
         upstream = self._upstreams[server.name]
+        GATEWAY_AUDIENCE.set(server.audience)  # this refresh runs in a task (and context) of its own
         try:
             async with asyncio.timeout(self._list_timeout_s):
                 try:

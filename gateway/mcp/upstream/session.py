@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from gateway.mcp.upstream.config import McpServerSpec
-from gateway.mcp.upstream.transport import LIST_RESPONSE_LIMIT
+from gateway.mcp.upstream.transport import GATEWAY_AUDIENCE, LIST_RESPONSE_LIMIT
 
 log = structlog.get_logger("gateway.mcp.upstream")
 
@@ -85,6 +85,7 @@ class UpstreamSession:
         return session
 
     async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+        GATEWAY_AUDIENCE.set(self.spec.audience)
         try:
             async with streamable_http_client(
                 self.spec.url, http_client=self._client, max_sse_event_size=LIST_RESPONSE_LIMIT

@@ -42,6 +42,9 @@ class CallScope:
 
 
 CURRENT_CALL: ContextVar[CallScope | None] = ContextVar("gateway_mcp_call", default=None)
+GATEWAY_AUDIENCE: ContextVar[str] = ContextVar("gateway_mcp_audience", default="")
+"""The audience of the server the gateway's own requests (initialize, listing) go to: set by
+the session's task and by each refresh, so that their token is one that server accepts."""
 
 
 def call_response_limit(max_result_bytes: int) -> int:
@@ -71,7 +74,7 @@ class _CappedStream(httpx2.AsyncByteStream):
 class GuardedTransport(httpx2.AsyncBaseTransport):
     """Stamps each request with its call's identity and caps what each response may hold."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, gateway_authorization: Callable[[], str]) -> None:
+    def __init__(self, inner: httpx2.AsyncBaseTransport, gateway_authorization: Callable[[str], str]) -> None:
         self._inner = inner
         self._gateway_authorization = gateway_authorization
 
@@ -83,7 +86,7 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             request.headers.update(scope.headers)
             limit = scope.response_limit
         else:
-            request.headers["authorization"] = self._gateway_authorization()
+            request.headers["authorization"] = self._gateway_authorization(GATEWAY_AUDIENCE.get())
             limit = LIST_RESPONSE_LIMIT
         # A compressed body could expand past the cap inside one read: ask for it as sent.
         request.headers["accept-encoding"] = "identity"
@@ -102,7 +105,7 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
 
 def upstream_client(
     *,
-    gateway_authorization: Callable[[], str],
+    gateway_authorization: Callable[[str], str],
     timeout_s: float,
     connect_timeout_s: float,
     max_connections: int,
