@@ -78,11 +78,16 @@ async def grant(database_url: str) -> None:
         await db.dispose()
 
 
+_calls = itertools.count()
+"""Numbers every call of the whole run, so that no tool_call id is ever sent twice (a repeated
+id is answered from the stored outcome, without calling the server)."""
+
+
 async def drive(call: Callable[[int], Awaitable[bool]], *, clients: int, duration: float) -> Sample:
     """``clients`` loops calling ``call`` back to back for ``duration`` seconds."""
     latencies: list[float] = []
     errors = 0
-    counter = itertools.count()
+    counter = _calls
     deadline = time.perf_counter() + duration
 
     async def client() -> None:
