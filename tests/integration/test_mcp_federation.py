@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
+import structlog
 
 from gateway.app import create_app
 from gateway.db.engine import Database
@@ -145,8 +145,6 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
             with ServerThread(create_app(settings), gateway_sock) as gateway:
                 yield Env(gateway_url=gateway.url, notes=notes_state, flaky=flaky, logs=logs)
     finally:
-        import structlog
-
         structlog.reset_defaults()
         _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
