@@ -103,6 +103,8 @@ class Env:
     notes: UpstreamState
     flaky: McpUpstream
     logs: CapturedLogs
+    down_port: int
+    jwks_url: str
 
 
 async def _seed(database_url: str) -> None:
@@ -134,7 +136,8 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
         flaky_state = UpstreamState(jwks_url=jwks_url, audience="flaky")
         tools_file = request.getfixturevalue("tmp_path_factory").mktemp("mcp") / "tools.toml"
         with McpUpstream(notes_state) as notes, McpUpstream(flaky_state) as flaky:
-            tools_file.write_text(TOOLS_TOML.format(notes_url=notes.url, flaky_url=flaky.url, down_port=free_port()))
+            down_port = free_port()
+            tools_file.write_text(TOOLS_TOML.format(notes_url=notes.url, flaky_url=flaky.url, down_port=down_port))
             settings = make_settings(
                 database_url,
                 tools_file=str(tools_file),
@@ -143,7 +146,8 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
                 mcp_list_timeout_s=3.0,
             )
             with ServerThread(create_app(settings), gateway_sock) as gateway:
-                yield Env(gateway_url=gateway.url, notes=notes_state, flaky=flaky, logs=logs)
+                yield Env(gateway_url=gateway.url, notes=notes_state, flaky=flaky, logs=logs, down_port=down_port,
+                          jwks_url=jwks_url)
     finally:
         structlog.reset_defaults()
         _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -393,3 +397,21 @@ async def test_an_oversized_tool_list_is_refused_and_the_server_named_degraded(e
         return "flaky_whoami" in await tools_of(gw)
 
     await eventually(back, "the server's tools are back with an ordinary list")
+
+
+async def test_a_server_down_at_start_is_added_by_the_refresh_after_it_comes_up(env: Env, gw: Caller):
+    assert "down_whoami" not in await tools_of(gw)
+    with McpUpstream(UpstreamState(jwks_url=env.jwks_url, audience="down"), port=env.down_port):
+        async def added() -> bool:
+            readiness = (await gw.client.get("/readyz")).json()
+            named = any(p["component"] == "mcp_server:down" for p in readiness.get("degraded", []))
+            return not named and "down_whoami" in await tools_of(gw)
+
+        await eventually(added, "the server that was down at start has its tools added")
+        result = await gw.call("down_whoami", {}, user="alice")
+        assert result["ok"] is True and result["result"]["aud"] == "down"
+
+    async def removed() -> bool:
+        return "down_whoami" not in await tools_of(gw)
+
+    await eventually(removed, "its tools are removed again once it is gone")

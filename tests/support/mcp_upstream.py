@@ -231,11 +231,13 @@ class _Recording:
 class McpUpstream:
     """The upstream on one loopback port, in a thread; ``stop`` and ``start`` again keep the port."""
 
-    def __init__(self, state: UpstreamState) -> None:
+    def __init__(self, state: UpstreamState, port: int | None = None) -> None:
         self.state = state
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        if port is None:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = int(probe.getsockname()[1])
+        self.port = port
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
