@@ -56,12 +56,13 @@ from gateway.execution.runs import RunService
 from gateway.llm.providers import ModelProviders
 from gateway.mcp.server.handler import McpServer
 from gateway.mcp.server.runs import McpRuns
+from gateway.mcp.upstream.federation import Federation
 from gateway.observability.metrics import Metrics
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.settings import Settings, SettingsError
 from gateway.tools.builtin import builtin_tools
-from gateway.tools.config import load_http_tools
+from gateway.tools.config import load_http_tools, load_mcp_servers
 from gateway.tools.http import ServiceCalls
 from gateway.tools.http_transport import service_transport
 from gateway.tools.registry import ToolRegistry
@@ -102,6 +103,12 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             )
         for tool in http_tools:
             registry.register(tool)
+    mcp_servers = load_mcp_servers(settings, reserved_names=(tool.name for tool in registry))
+    if mcp_servers and signer is None:
+        raise SettingsError(
+            "the tools file declares MCP servers: set GATEWAY_SERVICE_SIGNING_KEY or "
+            "GATEWAY_SERVICE_SIGNING_KEY_FILE (the key the gateway signs identity tokens with)"
+        )
     tools = registry
     service_jwks = msgspec.convert(signer.jwks() if signer is not None else {"keys": []}, Jwks)
     in_flight = InFlight()
@@ -132,10 +139,19 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             else None
         )
         directory = TenantDirectory(db, ttl_s=settings.policy_cache_s)
+        # MCP servers behind the guard: listed once here (bounded; one that is down only
+        # leaves its tools out), then refreshed in the background.
+        federation = Federation(mcp_servers, registry=tools, signer=signer, settings=settings) if signer else None
+        if federation:
+            await federation.start()
+        stale_after = interrupted_after(settings, tools)
+        if federation:
+            stale_after = max(stale_after, timedelta(
+                seconds=2 * federation.longest_timeout_s + 2 * settings.database.statement_timeout_s))
         ledger = create_ledger(
-            db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=interrupted_after(settings, tools)
+            db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=stale_after
         )
-        readiness = Readiness(db)
+        readiness = Readiness(db, degraded=federation.degraded if federation else None)
         executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger, metrics=metrics)
         runs = RunService(settings=settings, db=db, directory=directory)
         rate_limiter = create_rate_limiter(settings, db)
@@ -206,6 +222,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 await ledger.close()
                 await sealer.stop()
                 await webhook_worker.stop()
+                if federation:
+                    await federation.close()
                 service_calls.detach()
                 await http.aclose()
                 await db.dispose()

@@ -196,6 +196,15 @@ class ToolSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True)
     file: str | None = None
 
 
+class McpUpstreamSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The MCP servers of the tools file (``[mcp_servers.NAME]``): how often their tools are listed."""
+
+    env_prefix = "mcp_"
+
+    refresh_s: Positive = 300.0
+    list_timeout_s: Positive = 10.0
+
+
 class RequestLimits(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What one request may carry."""
 
@@ -340,6 +349,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     console: ConsoleSettings = _group(ConsoleSettings)
     oidc: OidcSettings = _group(OidcSettings)
     webhooks: WebhookSettings = _group(WebhookSettings)
+    mcp_upstream: McpUpstreamSettings = _group(McpUpstreamSettings)
 
     def __post_init__(self) -> None:
         for name, group in self.groups():
@@ -684,6 +694,10 @@ FIELD_DOCS: dict[str, str] = {
     "webhook_batch_size": "Most webhook deliveries one process claims and sends in one round.",
     "webhook_lease_s": "Seconds a claimed webhook delivery is reserved for its process; after that another may "
     "send it again (a process that died mid-send).",
+    "mcp_refresh_s": "Seconds between two listings of the tools of each MCP server of the tools file "
+    "(see [MCP servers](mcp-servers.md)): a tool added, changed or removed upstream, or a server back up, shows "
+    "within this time.",
+    "mcp_list_timeout_s": "Timeout of opening a session with an MCP server and listing its tools, in seconds.",
 }
 
 

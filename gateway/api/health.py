@@ -1,11 +1,16 @@
-"""Liveness and readiness probes (no authentication; ``GET`` and ``HEAD``)."""
+"""Liveness and readiness probes (no authentication; ``GET`` and ``HEAD``).
+
+Readiness is the database: without it, 503. A part the gateway can serve without (an MCP
+server behind the guard that is down) makes it ``degraded``, still 200, with a reason for each.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import msgspec
 from litestar import get, head
 from litestar.di import NamedDependency
 
@@ -19,13 +24,32 @@ READINESS_CACHE_S = 1.0
 query per second per process."""
 
 
+class DegradedComponent(msgspec.Struct, frozen=True):
+    component: str
+    """What is degraded, e.g. ``mcp_server:notes``."""
+    reason: str
+
+
+class ReadinessReport(msgspec.Struct, omit_defaults=True):
+    status: str
+    """``ready``, or ``degraded`` when a part listed in ``degraded`` is unavailable."""
+    degraded: list[DegradedComponent] = []
+
+
 class Readiness:
     """Whether the database answered, asked at most once per ``ttl_s``; concurrent probes
-    wait for the one query in flight instead of sending their own."""
+    wait for the one query in flight instead of sending their own. ``degraded`` names the
+    parts the gateway serves without (``(component, reason)`` pairs)."""
 
     def __init__(
-        self, db: Database, *, ttl_s: float = READINESS_CACHE_S, clock: Callable[[], float] = time.monotonic
+        self,
+        db: Database,
+        *,
+        ttl_s: float = READINESS_CACHE_S,
+        clock: Callable[[], float] = time.monotonic,
+        degraded: Callable[[], Sequence[tuple[str, str]]] | None = None,
     ) -> None:
+        self.degraded = degraded or (lambda: ())
         self._db = db
         self._ttl_s = ttl_s
         self._clock = clock
@@ -69,10 +93,12 @@ async def _require_ready(readiness: Readiness) -> None:
 
 
 @get("/readyz", tags=["health"], summary="Readiness", responses=error_responses(503))
-async def readyz(readiness: NamedDependency[Readiness]) -> Health:
-    """The database answered within the last second; otherwise 503."""
+async def readyz(readiness: NamedDependency[Readiness]) -> ReadinessReport:
+    """The database answered within the last second; otherwise 503. ``degraded`` (still 200)
+    names each part that is unavailable, such as an MCP server, with its reason."""
     await _require_ready(readiness)
-    return Health(status="ready")
+    parts = [DegradedComponent(component=component, reason=reason) for component, reason in readiness.degraded()]
+    return ReadinessReport(status="degraded", degraded=parts) if parts else ReadinessReport(status="ready")
 
 
 @head("/readyz", tags=["health"], summary="Readiness, without a body", responses=error_responses(503))

@@ -20,6 +20,13 @@ the entry and what is wrong with it. The format (docs/http-tools.md)::
     sensitive_fields = []                  # redacted in audit and logs
     request = { method = "GET", path = "/orders/{order_id}", query = [], body = [] }
     arguments = { type = "object", required = ["order_id"], properties = { order_id = { type = "string" } } }
+
+    [mcp_servers.notes]                    # an MCP server behind the guard (docs/mcp-servers.md)
+    url = "http://notes.internal:8080/mcp"
+    include = ["search_notes"]             # the upstream tools offered (default: none)
+
+    [mcp_servers.notes.tools.search_notes]
+    permission = "notes:read"              # required for each included tool
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from gateway.mcp.upstream.config import McpConfigError, McpServerSpec, parse_mcp_servers
 from gateway.settings import Settings, SettingsError
 from gateway.tools.base import Tool
 from gateway.tools.builtin import builtin_tools
@@ -87,6 +95,7 @@ class ToolEntry(_Entry):
 class ToolsFile(_Entry):
     services: dict[str, Any] = {}
     tools: list[Any] = []
+    mcp_servers: dict[str, Any] = {}
 
 
 def read_tools_file(path: Path) -> Any:
@@ -164,6 +173,26 @@ def load_http_tools(settings: Settings, calls: ServiceCalls, *, reserved_names: 
         taken.add(tool.name)
         tools.append(tool)
     return tools
+
+
+def load_mcp_servers(settings: Settings, *, reserved_names: Iterable[str] = ()) -> list[McpServerSpec]:
+    """The MCP servers the file puts behind the guard (``[mcp_servers.NAME]``), checked; ``[]``
+    without a tools file. ``reserved_names`` (the built-in and HTTP tools) cannot be taken."""
+    if settings.tools.file is None:
+        return []
+    path = Path(settings.tools.file)
+    where = f"tools file {path}"
+    document = _convert(read_tools_file(path), ToolsFile, where)
+    try:
+        return parse_mcp_servers(
+            document.mcp_servers,
+            where=where,
+            default_timeout_s=settings.tools.timeout_s,
+            default_max_result_bytes=settings.tools.max_result_bytes,
+            taken=set(reserved_names),
+        )
+    except McpConfigError as exc:
+        raise ToolsFileError(str(exc)) from None
 
 
 def operator_registry(settings: Settings) -> ToolRegistry:

@@ -1,8 +1,14 @@
-"""The tools a gateway process offers, and which of them a caller may see."""
+"""The tools a gateway process offers, and which of them a caller may see.
+
+Most tools are registered once, at start. The tools of an MCP server behind the guard come
+and go with its tool list: ``replace_source`` swaps them in one step (a new mapping replaces
+the old one, never edited in place), so a reader sees the tools before or after a refresh,
+never a mix; a refresh that changes nothing keeps everything, ``GET /v1/tools`` byte for byte.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -15,16 +21,40 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._definitions_cache: dict[tuple[str, ...], bytes] = {}
+        self._sources: dict[str, frozenset[str]] = {}
         for tool in tools:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
-        if not tool.name or len(tool.name) > 64 or not tool.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"tool name {tool.name!r} must be 1-64 letters, digits, '_' or '-'")
+        _check_name(tool.name)
         self._tools[tool.name] = tool
         self._definitions_cache.clear()
+
+    def replace_source(self, source: str, tools: Sequence[Tool], *, label: str | None = None) -> list[str]:
+        """Make ``tools`` the tools of ``source`` (an MCP server), in place of those it had.
+
+        A tool whose name another source or a registered tool holds is left out; the names
+        left out are returned. When the tools are the same as before (same definitions and
+        limits), nothing changes."""
+        current = self._tools
+        owned = self._sources.get(source, frozenset())
+        others = {name: tool for name, tool in current.items() if name not in owned}
+        refused: list[str] = []
+        mine: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in others or tool.name in mine:
+                refused.append(tool.name)
+                continue
+            _check_name(tool.name)
+            mine[tool.name] = tool
+        if mine.keys() == owned and all(_same(current[name], tool) for name, tool in mine.items()):
+            return refused
+        self._sources[source] = frozenset(mine)
+        self._definitions_cache = {}
+        self._tools = {**others, **mine}
+        return refused
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -67,3 +97,17 @@ class ToolRegistry:
                 self._definitions_cache.clear()
             self._definitions_cache[key] = cached
         return cached
+
+
+def _check_name(name: str) -> None:
+    if not name or len(name) > 64 or not name.isascii() or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
+
+
+def _same(old: Tool, new: Tool) -> bool:
+    """Whether a caller could tell ``new`` from ``old``: what the model sees and how calls run."""
+    return (
+        old.openai_definition() == new.openai_definition()
+        and (old.permission, old.mutates, old.timeout_s, old.max_result_bytes, old.sensitive_fields)
+        == (new.permission, new.mutates, new.timeout_s, new.max_result_bytes, new.sensitive_fields)
+    )

@@ -1,0 +1,170 @@
+"""One MCP session with one upstream server, made with the SDK's client.
+
+The session (``initialize`` handshake, then requests on the streamable HTTP transport) lives
+in a task of its own, because the SDK's transport and session are scopes that must be left
+by the task that entered them. Calls and listings use it from any task. A session that
+failed (the server went away, forgot it, answered nonsense) is dropped; the next listing or
+call opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import structlog
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from gateway.mcp.upstream.config import McpServerSpec
+from gateway.mcp.upstream.transport import GATEWAY_AUDIENCE, LIST_RESPONSE_LIMIT
+
+log = structlog.get_logger("gateway.mcp.upstream")
+
+MAX_LIST_PAGES = 20
+"""Most pages of ``tools/list`` read in one refresh: a server that pages forever cannot stall it."""
+CLIENT_INFO = types.Implementation(name="gateway", version="1")
+
+
+class SessionUnavailable(Exception):
+    """No session could be opened; ``reason`` is safe to log and to show an operator."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class UpstreamSession:
+    def __init__(self, spec: McpServerSpec, client: httpx2.AsyncClient, *, open_timeout_s: float) -> None:
+        self.spec = spec
+        self._client = client
+        self._open_timeout_s = open_timeout_s
+        self._lock = asyncio.Lock()
+        self._session: ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+
+    async def session(self) -> ClientSession:
+        session = self._session
+        if session is not None and self._task is not None and not self._task.done():
+            return session
+        async with self._lock:
+            if self._session is not None and self._task is not None and not self._task.done():
+                return self._session
+            await self._close_locked()
+            return await self._open_locked()
+
+    async def _open_locked(self) -> ClientSession:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[ClientSession] = loop.create_future()
+        stop = asyncio.Event()
+        # A context of its own: the session's requests (initialize, its event stream) must never
+        # carry the identity of the call that happened to open it.
+        task = loop.create_task(self._hold(ready, stop), name=f"mcp-session-{self.spec.name}",
+                                context=contextvars.Context())
+        try:
+            async with asyncio.timeout(self._open_timeout_s):
+                session = await asyncio.shield(ready)
+        except TimeoutError:
+            stop.set()
+            task.cancel()
+            await _settle(task)
+            raise SessionUnavailable(f"no answer to initialize within {self._open_timeout_s:g} s") from None
+        except BaseException:
+            # Failed, or the caller was cancelled (its own timeout): no session task outlives this.
+            stop.set()
+            task.cancel()
+            await _settle(task)
+            raise
+        self._session, self._task, self._stop = session, task, stop
+        return session
+
+    async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+        GATEWAY_AUDIENCE.set(self.spec.audience)
+        try:
+            async with streamable_http_client(
+                self.spec.url, http_client=self._client, max_sse_event_size=LIST_RESPONSE_LIMIT
+            ) as (read, write):
+                async with ClientSession(
+                    read, write, read_timeout_seconds=self._open_timeout_s, client_info=CLIENT_INFO
+                ) as session:
+                    await session.initialize()
+                    if not ready.done():
+                        ready.set_result(session)
+                    await stop.wait()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.set_exception(SessionUnavailable("the session was closed while opening"))
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the SDK raises groups of anything; all mean "no session"
+            reason = describe_failure(exc)
+            if not ready.done():
+                ready.set_exception(SessionUnavailable(reason))
+            else:
+                log.info("mcp_session_ended", server=self.spec.name, reason=reason)
+        finally:
+            if not ready.done():
+                ready.set_exception(SessionUnavailable("the session ended before it was ready"))
+
+    async def list_tools(self) -> list[types.Tool]:
+        session = await self.session()
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def drop(self) -> None:
+        """Forget the session (it failed): the next use opens a new one."""
+        async with self._lock:
+            await self._close_locked()
+
+    async def close(self) -> None:
+        await self.drop()
+
+    async def _close_locked(self) -> None:
+        task, stop = self._task, self._stop
+        self._session = self._task = self._stop = None
+        if task is None:
+            return
+        if stop is not None:
+            stop.set()
+        try:
+            async with asyncio.timeout(self._open_timeout_s):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            await _settle(task)
+        except BaseException:  # noqa: BLE001 - the task's own failure was logged by it
+            pass
+
+
+async def _settle(task: asyncio.Task[Any]) -> None:
+    with contextlib.suppress(BaseException):
+        await task
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A short reason for a log line and the readiness report: the kind of failure, never a
+    text the upstream wrote."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, httpx2.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx2.ConnectError):
+        return "connection refused or unreachable"
+    if isinstance(exc, httpx2.TransportError):
+        return f"transport error ({type(exc).__name__})"
+    if isinstance(exc, MCPError):
+        return "connection closed" if exc.code == types.CONNECTION_CLOSED else f"MCP error {exc.code}"
+    return type(exc).__name__

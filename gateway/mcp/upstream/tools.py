@@ -1,0 +1,222 @@
+"""An included upstream tool as a gateway tool: its strict schema, its policy, its handler.
+
+| the upstream answers | the model gets |
+|---|---|
+| a result | ``{"ok": true, "result": ...}``: ``structuredContent`` if present, else the text content (cut past the limit) |
+| ``isError: true`` | ``TOOL_EXECUTION_FAILED`` (or ``BUSINESS_RULE_VIOLATION`` where the file says so), with the result's text cut and control characters removed |
+| a JSON-RPC error, a broken or refused connection, a protocol error | ``TOOL_EXECUTION_FAILED``, details logged under ``error_id`` |
+| nothing in time | ``TOOL_TIMEOUT``; the request is cancelled upstream (``notifications/cancelled``) |
+| an answer past its size cap, NUL or lone surrogates, nesting past the depth limit | ``TOOL_EXECUTION_FAILED`` (not retryable) |
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+import mcp_types as types
+import msgspec
+import structlog
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from gateway.auth.service_tokens import ServiceTokenSigner
+from gateway.errors import ERRORS, ErrorCode, ToolError, new_error_id
+from gateway.mcp.upstream.config import McpServerSpec, McpToolSpec
+from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession
+from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, call_response_limit
+from gateway.observability.timing import elapsed_ms
+from gateway.text import holds_unstorable, nests_deeper_than, storable_text
+from gateway.tools.base import Tool, ToolContext
+from gateway.tools.http import call_idempotency_key
+from gateway.tools.json_arguments import JsonSchemaArguments, SchemaError, strict_schema
+
+log = structlog.get_logger("gateway.mcp.upstream")
+
+MAX_DESCRIPTION_CHARS = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_CONNECTION_CLOSED = types.CONNECTION_CLOSED
+_FORGOTTEN = "Session terminated"
+"""What the SDK's transport says when the server answered 404 to a request of a known session."""
+_SESSION_LOST = (_FORGOTTEN, "Connection closed")
+
+
+def effective_mutates(declared: bool | None, annotations: types.ToolAnnotations | None) -> bool:
+    """Whether calls of the tool change data. The file decides when it says; otherwise an
+    upstream ``destructiveHint: true`` makes the tool mutating. An annotation only ever
+    tightens: ``readOnlyHint`` never makes a mutating tool read-only."""
+    if declared is not None:
+        return declared
+    return annotations is not None and annotations.destructive_hint is True
+
+
+def clean_text(text: str, max_chars: int) -> str:
+    """Control characters (NUL and line breaks included) replaced by a space, lone surrogates
+    (which UTF-8 cannot encode) by U+FFFD, cut to ``max_chars``."""
+    text = storable_text(_CONTROL.sub(" ", text)).strip()
+    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
+
+
+def federated_tool(
+    server: McpServerSpec,
+    spec: McpToolSpec,
+    listed: types.Tool,
+    *,
+    upstream: UpstreamSession,
+    signer: ServiceTokenSigner,
+    max_json_depth: int,
+) -> Tool:
+    """The gateway tool for ``listed``; ``SchemaError`` names the path of a schema that cannot be made strict."""
+    if holds_unstorable(listed.input_schema):
+        # It would reach the model (and the database) as text nothing can encode or store.
+        raise SchemaError("input schema: holds a NUL character or a lone surrogate")
+    try:
+        schema = strict_schema(listed.input_schema)
+        arguments = JsonSchemaArguments(schema, spec.sensitive_fields)
+    except SchemaError as exc:
+        raise SchemaError(f"input schema: {exc}") from None
+    mutates = effective_mutates(spec.mutates, listed.annotations)
+    description = clean_text(listed.description or "", MAX_DESCRIPTION_CHARS) or (
+        f"The tool {spec.upstream_name} of the MCP server {server.name}."
+    )
+    handler = McpToolHandler(
+        server=server, spec=spec, upstream=upstream, signer=signer, mutates=mutates, max_json_depth=max_json_depth
+    )
+    return Tool(
+        name=spec.name,
+        description=description,
+        arguments=arguments,
+        handler=handler,
+        permission=spec.permission,
+        mutates=mutates,
+        timeout_s=spec.timeout_s,
+        max_result_bytes=spec.max_result_bytes,
+        sensitive_fields=spec.sensitive_fields,
+        remote=True,
+    )
+
+
+class McpToolHandler:
+    def __init__(
+        self,
+        *,
+        server: McpServerSpec,
+        spec: McpToolSpec,
+        upstream: UpstreamSession,
+        signer: ServiceTokenSigner,
+        mutates: bool,
+        max_json_depth: int,
+    ) -> None:
+        self._server = server
+        self._spec = spec
+        self._upstream = upstream
+        self._signer = signer
+        self._mutates = mutates
+        self._max_json_depth = max_json_depth
+        self._log_fields = {"tool": spec.name, "server": server.name, "upstream_tool": spec.upstream_name}
+
+    async def __call__(self, ctx: ToolContext, arguments: Mapping[str, Any]) -> object:
+        max_result_bytes = ctx.max_result_bytes or self._spec.max_result_bytes
+        scope = CallScope(
+            authorization="Bearer " + self._signer.sign(
+                ctx.principal, audience=self._server.audience, run_id=ctx.run_id, tool_call_id=ctx.tool_call_id
+            ),
+            response_limit=call_response_limit(max_result_bytes),
+            headers=self._headers(ctx),
+        )
+        started = time.perf_counter()
+        token = CURRENT_CALL.set(scope)
+        try:
+            try:
+                result = await (await self._upstream.session()).call_tool(self._spec.upstream_name, dict(arguments))
+            except MCPError as exc:
+                if exc.message != _FORGOTTEN:
+                    raise
+                # The server no longer knows the session (it restarted) and refused the request
+                # unread: once more, on a new session.
+                await self._upstream.drop()
+                result = await (await self._upstream.session()).call_tool(self._spec.upstream_name, dict(arguments))
+        except SessionUnavailable as exc:
+            raise self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
+                               reason=exc.reason) from None
+        except MCPError as exc:
+            raise await self._mcp_error(exc, scope, started) from None
+        except httpx2.TimeoutException:
+            log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
+            raise ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.") from None
+        except (httpx2.HTTPError, httpx2.StreamError, ValidationError, RuntimeError) as exc:
+            await self._upstream.drop()
+            raise self._failed("mcp_call_failed", "The MCP server answered in a way this tool does not expect.",
+                               started, retryable=False, error_type=type(exc).__name__) from None
+        finally:
+            CURRENT_CALL.reset(token)
+        if not isinstance(result, types.CallToolResult):
+            raise self._failed("mcp_call_failed", "The MCP server answered in a way this tool does not expect.",
+                               started, retryable=False, problem="not_a_tool_result")
+        log.debug("mcp_call_finished", **self._log_fields, is_error=result.is_error, duration_ms=elapsed_ms(started))
+        return self._result(result, started)
+
+    def _headers(self, ctx: ToolContext) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if ctx.request_id:
+            headers["x-request-id"] = ctx.request_id
+        key = ctx.idempotency_key or (call_idempotency_key(ctx) if self._mutates else None)
+        if key:
+            headers["idempotency-key"] = key
+        return headers
+
+    async def _mcp_error(self, exc: MCPError, scope: CallScope, started: float) -> ToolError:
+        if scope.oversized:
+            return self._failed("mcp_call_refused_answer", "The MCP server answered with more than this tool accepts.",
+                                started, retryable=False, problem="too_large")
+        if exc.code == types.REQUEST_TIMEOUT:
+            log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
+            return ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.")
+        if exc.code == _CONNECTION_CLOSED or exc.message in _SESSION_LOST:
+            await self._upstream.drop()
+            return self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
+                                mcp_code=exc.code)
+        # The upstream's own words go to the log (cut), never to the model.
+        return self._failed("mcp_call_failed", "The MCP server failed to handle the request.", started,
+                            mcp_code=exc.code, mcp_message=clean_text(exc.message, 200))
+
+    def _failed(self, event: str, message: str, started: float, *, retryable: bool | None = None,
+                **fields: Any) -> ToolError:
+        error_id = new_error_id()
+        log.warning(event, **self._log_fields, error_id=error_id, duration_ms=elapsed_ms(started), **fields)
+        return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, message, retryable=retryable, error_id=error_id)
+
+    def _result(self, result: types.CallToolResult, started: float) -> object:
+        texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+        if result.is_error:
+            raise self._is_error(" ".join(texts), started)
+        if result.structured_content is not None:
+            encoded = msgspec.json.encode(result.structured_content)
+            if nests_deeper_than(encoded, self._max_json_depth):
+                raise self._failed("mcp_call_refused_answer", "The MCP server answered with nesting too deep to pass on.",
+                                   started, retryable=False, problem="too_deep")
+            if holds_unstorable(result.structured_content):
+                raise self._unstorable(started)
+            return msgspec.Raw(encoded)
+        text = "".join(texts)
+        if holds_unstorable(text):
+            raise self._unstorable(started)
+        return text
+
+    def _unstorable(self, started: float) -> ToolError:
+        return self._failed("mcp_call_refused_answer",
+                            "The MCP server answered with text that cannot be passed on (NUL or a lone surrogate).",
+                            started, retryable=False, problem="unstorable_text")
+
+    def _is_error(self, text: str, started: float) -> ToolError:
+        code = self._spec.is_error_code
+        message = clean_text(text, self._server.error_message_max_chars) or ERRORS[code].message
+        if code is ErrorCode.TOOL_EXECUTION_FAILED:
+            error_id = new_error_id()
+            log.info("mcp_call_is_error", **self._log_fields, error_id=error_id, duration_ms=elapsed_ms(started))
+            return ToolError(code, message, retryable=False, error_id=error_id)
+        log.info("mcp_call_refused", **self._log_fields, outcome=code.value, duration_ms=elapsed_ms(started))
+        return ToolError(code, message)
