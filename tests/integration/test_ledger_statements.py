@@ -288,3 +288,14 @@ async def test_a_batch_of_pure_calls_costs_one_ledger_statement_and_other_tools_
         assert message.outcome == OK and (ledger.admits, ledger.records) == (2, 1)
     finally:
         await ledger.close()
+
+
+async def test_an_outcome_that_comes_with_a_call_needing_approval_is_never_answered(db, ledger):
+    run_id = await new_run(db)
+    plan = call("create_article", '{"title": "t", "body": "b"}')
+    assert plan.needs_approval
+    [admission] = await ledger.admit(ALICE, run_id, [plan], request_id="req_test", now=datetime.now(UTC),
+                                     ran_ahead={plan.id: computed()})
+    assert (admission.decision, admission.outcome) == ("decided", "APPROVAL_REQUIRED")
+    [replayed] = await admit(ledger, run_id, [call("create_article", '{"title": "t", "body": "b"}', call_id=plan.id)])
+    assert (replayed.decision, replayed.outcome, replayed.content) == ("replay", "APPROVAL_REQUIRED", None)

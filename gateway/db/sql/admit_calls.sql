@@ -183,7 +183,9 @@ BEGIN
                         VALUES (o_approval_id, v_tenant_id, v_run_id, v_id, v_user_id, v_batch->'roles',
                                 v_tool, v_call->>'arguments', v_args_sha256, 'pending', v_now,
                                 (v_batch->>'approval_expires_at')::timestamptz);
-                        UPDATE tool_calls SET status = 'approval', approval_id = o_approval_id
+                        -- Clears an outcome that came with the call: a call waiting for approval has none.
+                        UPDATE tool_calls SET status = 'approval', approval_id = o_approval_id, outcome = NULL,
+                                              content = NULL, finished_at = NULL
                          WHERE run_id = v_run_id AND tool_call_id = v_id;
                         o_decision := 'decided';
                         o_outcome := 'APPROVAL_REQUIRED';
