@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.support.oidc_provider import CLIENT_ID, OidcProvider
+from tests.support.tokens import make_token
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,20 @@ async def to_provider_and_back(client) -> tuple[str, dict[str, str]]:
 async def test_the_sign_in_page_offers_the_provider_and_no_token_form(pg_client):
     page = await pg_client.get("/console/sign-in")
     assert "/console/oidc/start" in page.text and 'name="token"' not in page.text
+
+
+async def test_with_a_provider_a_token_posted_to_the_sign_in_form_starts_no_session(pg_client):
+    """The provider is the only way in: an API token (an agent's, say) cannot be turned into a
+    console session by posting the form the page no longer shows."""
+    await pg_client.get("/console/sign-in")
+    form_token = pg_client.cookies.get("gateway_console_sign_in")
+    assert form_token
+    response = await pg_client.post(
+        "/console/sign-in", data={"csrf_token": form_token, "token": make_token("acme", "carol")}
+    )
+    assert response.status_code == 404 and "text/html" in response.headers["content-type"]
+    assert "gateway_console=" not in response.headers.get("set-cookie", "")
+    assert (await pg_client.get("/console/approvals")).status_code == 303
 
 
 async def test_the_authorization_request_carries_state_nonce_and_an_s256_challenge(pg_client, provider):
