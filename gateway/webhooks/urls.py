@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import unicodedata
 from dataclasses import dataclass
 
 import httpx
 
 MAX_URL_LENGTH = 2000
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
+"""Unicode categories refused anywhere in a URL: controls (C1 ones too), format characters
+(bidi overrides), separators and spaces. A URL is shown to people and printed on terminals."""
 
 
 class UrlRefused(Exception):
@@ -70,7 +74,7 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
     """The URL as a ``Target``, or ``UrlRefused``. A name is resolved only at delivery."""
     if len(url) > MAX_URL_LENGTH:
         raise UrlRefused(f"The URL is longer than {MAX_URL_LENGTH} characters.")
-    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F or unicodedata.category(ch) in _INVISIBLE for ch in url):
         raise UrlRefused("The URL contains spaces or control characters.")
     try:
         parsed = httpx.URL(url)
@@ -85,6 +89,8 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
         raise UrlRefused("The URL must not carry credentials.")
     if parsed.fragment:
         raise UrlRefused("The URL must not have a fragment.")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise UrlRefused("The URL's port must be between 1 and 65535.")
     allow_listed = host in _normalised_hosts(allowed_hosts)
     if parsed.scheme != "https" and not allow_listed:
         raise UrlRefused("The URL must use https (plain http only for hosts in GATEWAY_WEBHOOK_ALLOWED_HOSTS).")

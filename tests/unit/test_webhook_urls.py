@@ -30,6 +30,12 @@ from gateway.webhooks.urls import Target, UrlRefused, check_url, pinned, resolve
         "https://hooks.example.com/x#frag",
         "file:///etc/passwd",
         "https://hooks.example.com/\t",
+        "https://hooks.example.com/x\u2028y",  # a line separator
+        "https://hooks.example.com/\x9b2J",  # a C1 control (CSI): printed by `gateway webhooks list`
+        "https://hooks.example.com/\u202egpj.x",  # a bidi override
+        "https://hooks.example.com/\u00a0",  # a no-break space
+        "https://hooks.example.com:99999/x",  # no such port: every attempt would fail unexpectedly
+        "https://hooks.example.com:0/x",
         "https://" + "a" * 2000 + ".com/",
     ],
 )
