@@ -30,6 +30,7 @@ def fresh(pg_client, provider):
     pg_client.follow_redirects = False
     provider.nonce_override = None
     provider.user, provider.roles = "carol", ["admin"]
+    provider.raw_answers = {}
 
 
 async def to_provider_and_back(client) -> tuple[str, dict[str, str]]:
@@ -119,6 +120,33 @@ async def test_an_id_token_for_an_unknown_tenant_is_refused(pg_client, provider)
 async def test_hostile_or_failed_callbacks_are_refused_without_a_500(pg_client, query):
     response = await pg_client.get("/console/oidc/callback", params=query)
     assert response.status_code in (400, 401)
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+async def test_a_discovery_document_nested_too_deep_is_a_provider_failure_not_a_500(pg_client, provider):
+    provider.raw_answers["/.well-known/openid-configuration"] = (
+        b'{"issuer":"' + provider.issuer.encode() + b'","authorization_endpoint":"http://a","token_endpoint":'
+        b'"http://a","jwks_uri":"http://a","x":' + DEEP + b"}"
+    )
+    response = await pg_client.get("/console/oidc/start")
+    assert response.status_code == 503 and "cannot be reached" in response.text
+
+
+async def test_a_token_answer_nested_too_deep_signs_nobody_in_and_is_not_a_500(pg_client, provider):
+    path, query = await to_provider_and_back(pg_client)
+    provider.raw_answers["/token"] = b'{"id_token":"x","x":' + DEEP + b"}"
+    response = await pg_client.get(path, params=query)
+    assert response.status_code == 401 and "could not be completed" in response.text
+    assert (await pg_client.get("/console/approvals")).status_code == 303
+
+
+async def test_a_key_set_nested_too_deep_signs_nobody_in_and_is_not_a_500(pg_client, provider):
+    path, query = await to_provider_and_back(pg_client)
+    provider.raw_answers["/jwks"] = b'{"keys":[],"x":' + DEEP + b"}"
+    response = await pg_client.get(path, params=query)
+    assert response.status_code == 401 and "could not be completed" in response.text
 
 
 async def test_an_unreachable_provider_is_explained(seeded_pg_url):
