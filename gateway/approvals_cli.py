@@ -252,7 +252,7 @@ def _show(view: Any) -> None:
         f"tool       {_shown(view.tool)}",
         f"arguments  {arguments}",
         f"requested  by {_shown(view.requested_by)} at {view.requested_at:%Y-%m-%d %H:%M:%S}Z (run {view.run_id}, "
-        f"call {view.tool_call_id})",
+        f"call {_shown(view.tool_call_id)})",
         f"expires    {view.expires_at:%Y-%m-%d %H:%M:%S}Z",
     ]
     if view.redacted_fields:

@@ -68,7 +68,7 @@ class JwksCache:
     async def _refresh(self) -> None:
         try:
             keyset = jwt.PyJWKSet.from_dict(await self._fetch())
-        except (httpx.HTTPError, EncodedBody, TimeoutError, ValueError, jwt.PyJWTError) as exc:
+        except (httpx.HTTPError, EncodedBody, TimeoutError, ValueError, RecursionError, jwt.PyJWTError) as exc:
             # Keep serving the keys we have; the next unknown kid tries again after the interval.
             log.warning("jwks_refresh_failed", error_type=type(exc).__name__)
             self._fetched_at = time.monotonic() - self._cache_s + self._min_refresh_interval_s

@@ -126,7 +126,7 @@ class OidcClient:
             try:
                 body = await self._document(self._issuer + DISCOVERY_PATH)
                 found = msgspec.json.decode(body, type=Discovery)
-            except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError) as exc:
+            except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError, RecursionError) as exc:
                 log.warning("oidc_discovery_failed", error_type=type(exc).__name__)
                 raise SignInFailed("discovery_failed") from None
             if found.issuer.rstrip("/") != self._issuer or not all(
@@ -194,7 +194,7 @@ class OidcClient:
         try:
             body = await self._document(found.token_endpoint, "POST", data=form, auth=auth)
             answer = msgspec.json.decode(body, type=TokenAnswer)
-        except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError) as exc:
+        except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError, RecursionError) as exc:
             log.warning("oidc_token_exchange_failed", error_type=type(exc).__name__)
             raise SignInFailed("token_exchange_failed") from None
         assert self._verifier is not None

@@ -147,10 +147,12 @@ async def sign_in_form(request: Request) -> Response[str]:
 
 @post("/sign-in", include_in_schema=False, status_code=303)
 async def sign_in_with_token(request: Request) -> Response[Any]:
+    services = services_of(request)
+    if services.settings.oidc.enabled:  # the provider is then the only way in, not just the one offered
+        raise GatewayError(ErrorCode.NOT_FOUND, "Sign in with your identity provider.")
     cookie = request.cookies.get(SIGN_IN_COOKIE)
     fields = await checked_form(request, cookie if well_formed(cookie) else None)
     token = fields.get("token", "").strip()
-    services = services_of(request)
     if not token:
         return sign_in_page(request, status=400, error="Paste your token to sign in.")
     try:

@@ -7,11 +7,13 @@ and never read back: the queries that list and get subscriptions leave it out.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import structlog
 
 from gateway.admin.service import append_admin_audit
@@ -40,7 +42,14 @@ def _not_found(what: str) -> GatewayError:
 
 
 def _audited(row: Any) -> dict[str, Any]:
-    return {"id": row.id, "url": row.url, "events": list(row.events), "format": row.format}
+    """What the audit keeps of a subscription. Of its URL, only the origin and a sha256: its
+    path or query may be a credential (a Slack incoming-webhook URL is one), and holders of
+    ``audit:read`` need not hold ``webhooks:manage``."""
+    url = httpx.URL(row.url)
+    return {
+        "id": row.id, "url_origin": f"{url.scheme}://{url.netloc.decode('ascii')}",
+        "url_sha256": hashlib.sha256(row.url.encode()).hexdigest(), "events": list(row.events), "format": row.format,
+    }
 
 
 class WebhookService:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import unicodedata
 from dataclasses import dataclass
 
 import httpx
 
 MAX_URL_LENGTH = 2000
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
+"""Unicode categories refused anywhere in a URL: controls (C1 ones too), format characters
+(bidi overrides), separators and spaces. A URL is shown to people and printed on terminals."""
 
 
 class UrlRefused(Exception):
@@ -40,11 +44,29 @@ def _normalised_hosts(allowed_hosts: tuple[str, ...]) -> frozenset[str]:
     return frozenset(host.strip().lower().strip("[]") for host in allowed_hosts if host.strip())
 
 
+_LAST_32_BITS_ARE_IPV4 = tuple(
+    ipaddress.IPv6Network(prefix)
+    for prefix in ("64:ff9b::/96", "::/96", "::ffff:0:0:0/96")  # NAT64, IPv4-compatible, IPv4-translated
+)
+_NOT_PUBLIC_V6 = tuple(
+    ipaddress.IPv6Network(prefix) for prefix in ("64:ff9b:1::/48", "fec0::/10")  # local-use NAT64, site-local
+)
+
+
 def public_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """An address on the public internet: not loopback, private, link-local, multicast, reserved
-    or unspecified (an IPv4-mapped IPv6 address is judged as its IPv4 address)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    or unspecified. An IPv6 address that carries an IPv4 address (IPv4-mapped, NAT64, 6to4,
+    IPv4-compatible or -translated) is judged as that IPv4 address: a NAT64 gateway, for one,
+    takes ``64:ff9b::a00:5`` to 10.0.0.5."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if any(address in network for network in _NOT_PUBLIC_V6):
+            return False
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address.sixtofour is not None:
+            address = address.sixtofour
+        elif any(address in network for network in _LAST_32_BITS_ARE_IPV4):
+            address = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
     return address.is_global and not address.is_multicast
 
 
@@ -52,7 +74,7 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
     """The URL as a ``Target``, or ``UrlRefused``. A name is resolved only at delivery."""
     if len(url) > MAX_URL_LENGTH:
         raise UrlRefused(f"The URL is longer than {MAX_URL_LENGTH} characters.")
-    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F or unicodedata.category(ch) in _INVISIBLE for ch in url):
         raise UrlRefused("The URL contains spaces or control characters.")
     try:
         parsed = httpx.URL(url)
@@ -67,6 +89,8 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
         raise UrlRefused("The URL must not carry credentials.")
     if parsed.fragment:
         raise UrlRefused("The URL must not have a fragment.")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise UrlRefused("The URL's port must be between 1 and 65535.")
     allow_listed = host in _normalised_hosts(allowed_hosts)
     if parsed.scheme != "https" and not allow_listed:
         raise UrlRefused("The URL must use https (plain http only for hosts in GATEWAY_WEBHOOK_ALLOWED_HOSTS).")

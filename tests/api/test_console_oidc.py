@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.support.oidc_provider import CLIENT_ID, OidcProvider
+from tests.support.tokens import make_token
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,7 @@ def fresh(pg_client, provider):
     pg_client.follow_redirects = False
     provider.nonce_override = None
     provider.user, provider.roles = "carol", ["admin"]
+    provider.raw_answers = {}
 
 
 async def to_provider_and_back(client) -> tuple[str, dict[str, str]]:
@@ -45,6 +47,20 @@ async def to_provider_and_back(client) -> tuple[str, dict[str, str]]:
 async def test_the_sign_in_page_offers_the_provider_and_no_token_form(pg_client):
     page = await pg_client.get("/console/sign-in")
     assert "/console/oidc/start" in page.text and 'name="token"' not in page.text
+
+
+async def test_with_a_provider_a_token_posted_to_the_sign_in_form_starts_no_session(pg_client):
+    """The provider is the only way in: an API token (an agent's, say) cannot be turned into a
+    console session by posting the form the page no longer shows."""
+    await pg_client.get("/console/sign-in")
+    form_token = pg_client.cookies.get("gateway_console_sign_in")
+    assert form_token
+    response = await pg_client.post(
+        "/console/sign-in", data={"csrf_token": form_token, "token": make_token("acme", "carol")}
+    )
+    assert response.status_code == 404 and "text/html" in response.headers["content-type"]
+    assert "gateway_console=" not in response.headers.get("set-cookie", "")
+    assert (await pg_client.get("/console/approvals")).status_code == 303
 
 
 async def test_the_authorization_request_carries_state_nonce_and_an_s256_challenge(pg_client, provider):
@@ -104,6 +120,33 @@ async def test_an_id_token_for_an_unknown_tenant_is_refused(pg_client, provider)
 async def test_hostile_or_failed_callbacks_are_refused_without_a_500(pg_client, query):
     response = await pg_client.get("/console/oidc/callback", params=query)
     assert response.status_code in (400, 401)
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+async def test_a_discovery_document_nested_too_deep_is_a_provider_failure_not_a_500(pg_client, provider):
+    provider.raw_answers["/.well-known/openid-configuration"] = (
+        b'{"issuer":"' + provider.issuer.encode() + b'","authorization_endpoint":"http://a","token_endpoint":'
+        b'"http://a","jwks_uri":"http://a","x":' + DEEP + b"}"
+    )
+    response = await pg_client.get("/console/oidc/start")
+    assert response.status_code == 503 and "cannot be reached" in response.text
+
+
+async def test_a_token_answer_nested_too_deep_signs_nobody_in_and_is_not_a_500(pg_client, provider):
+    path, query = await to_provider_and_back(pg_client)
+    provider.raw_answers["/token"] = b'{"id_token":"x","x":' + DEEP + b"}"
+    response = await pg_client.get(path, params=query)
+    assert response.status_code == 401 and "could not be completed" in response.text
+    assert (await pg_client.get("/console/approvals")).status_code == 303
+
+
+async def test_a_key_set_nested_too_deep_signs_nobody_in_and_is_not_a_500(pg_client, provider):
+    path, query = await to_provider_and_back(pg_client)
+    provider.raw_answers["/jwks"] = b'{"keys":[],"x":' + DEEP + b"}"
+    response = await pg_client.get(path, params=query)
+    assert response.status_code == 401 and "could not be completed" in response.text
 
 
 async def test_an_unreachable_provider_is_explained(seeded_pg_url):

@@ -136,6 +136,21 @@ async def test_a_malformed_subscription_is_invalid_request(pg_client, body):
     assert_error(await pg_client.post("/v1/admin/webhooks", json=body, headers=CAROL), 400, "INVALID_REQUEST")
 
 
+async def test_the_audit_keeps_a_urls_origin_and_hash_not_its_path_which_may_be_a_credential(
+    pg_client, seeded_pg_url
+):
+    """A Slack incoming-webhook URL is itself a credential: holders of audit:read (who need not
+    hold webhooks:manage) must not read it from the audit."""
+    url = "https://hooks.slack.com/services/T000/B000/CredentialPart?token=QueryPart"
+    created = (await _create(pg_client, url)).json()
+    assert (await pg_client.delete(f"/v1/admin/webhooks/{created['id']}", headers=CAROL)).status_code == 204
+    rows = [row for row in await db.audit_rows(seeded_pg_url, kind="admin_change")
+            if row.detail["action"] in ("webhook.create", "webhook.delete")]
+    assert len(rows) == 2
+    assert "CredentialPart" not in str([row.detail for row in rows]) and "QueryPart" not in str([row.detail for row in rows])
+    assert "https://hooks.slack.com" in str([row.detail for row in rows])
+
+
 async def test_delete_removes_the_webhook(pg_client):
     created = (await _create(pg_client, "https://hooks.example.com/x")).json()
     assert (await pg_client.delete(f"/v1/admin/webhooks/{created['id']}", headers=CAROL)).status_code == 204

@@ -170,6 +170,13 @@ async def test_a_reason_with_terminal_controls_is_stored_whole_and_shown_escaped
     assert (await db.approvals(database_url, id=approval_id))[0].reason == reason
 
 
+async def test_a_tool_call_id_with_terminal_controls_is_shown_escaped(client, database_url):
+    approval_id = await pending_from(client, "bob", call_id="c1\x1b[2J\u2028forged line")
+    shown = approvals(database_url, "show", approval_id, "--tenant", "acme", "--as", "dave")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\u2028" not in shown.stdout and "\\u001b[2J" in shown.stdout
+
+
 @pytest.fixture
 def services_env(request: pytest.FixtureRequest) -> Iterator[HttpEnv]:
     yield from http_env(request)

@@ -33,6 +33,8 @@ class OidcProvider:
         """When set, ID tokens carry this nonce instead of the one asked for."""
         self.authorize_requests: list[dict[str, str]] = []
         self.token_requests: list[dict[str, str]] = []
+        self.raw_answers: dict[str, bytes] = {}
+        """A path's answer replaced by these bytes (a hostile provider), e.g. ``{"/token": b"..."}``."""
         self._codes: dict[str, dict[str, str]] = {}
         self._key = ec_key(KID)
         provider = self
@@ -41,7 +43,9 @@ class OidcProvider:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 url = urlsplit(self.path)
                 query = {key: values[0] for key, values in parse_qs(url.query).items()}
-                if url.path == "/.well-known/openid-configuration":
+                if url.path in provider.raw_answers:
+                    self._raw(provider.raw_answers[url.path])
+                elif url.path == "/.well-known/openid-configuration":
                     self._json(200, provider.discovery())
                 elif url.path == "/jwks":
                     self._json(200, {"keys": [public_jwk(KID, provider._key, "ES256")]})
@@ -61,8 +65,18 @@ class OidcProvider:
                 length = int(self.headers.get("Content-Length", "0"))
                 form = {key: values[0] for key, values in parse_qs(self.rfile.read(length).decode()).items()}
                 provider.token_requests.append(form)
+                if "/token" in provider.raw_answers:
+                    self._raw(provider.raw_answers["/token"])
+                    return
                 status, body = provider.token(form, self.headers.get("Authorization", ""))
                 self._json(status, body)
+
+            def _raw(self, data: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _json(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode()

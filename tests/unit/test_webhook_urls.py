@@ -30,12 +30,40 @@ from gateway.webhooks.urls import Target, UrlRefused, check_url, pinned, resolve
         "https://hooks.example.com/x#frag",
         "file:///etc/passwd",
         "https://hooks.example.com/\t",
+        "https://hooks.example.com/x\u2028y",  # a line separator
+        "https://hooks.example.com/\x9b2J",  # a C1 control (CSI): printed by `gateway webhooks list`
+        "https://hooks.example.com/\u202egpj.x",  # a bidi override
+        "https://hooks.example.com/\u00a0",  # a no-break space
+        "https://hooks.example.com:99999/x",  # no such port: every attempt would fail unexpectedly
+        "https://hooks.example.com:0/x",
         "https://" + "a" * 2000 + ".com/",
     ],
 )
 def test_refused_urls(url):
     with pytest.raises(UrlRefused):
         check_url(url, ())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://[64:ff9b::a00:5]/x",  # NAT64 (RFC 6052) to 10.0.0.5: an IPv6-only network reaches it
+        "https://[64:ff9b::a9fe:a9fe]/latest",  # NAT64 to the cloud metadata address
+        "https://[64:ff9b:1::a00:5]/x",  # local-use NAT64 prefix (RFC 8215)
+        "https://[2002:a00:5::1]/x",  # 6to4 of 10.0.0.5
+        "https://[::10.0.0.5]/x",  # IPv4-compatible (deprecated)
+        "https://[::ffff:0:7f00:1]/x",  # IPv4-translated (SIIT) 127.0.0.1
+        "https://[fec0::1]/x",  # site-local (deprecated, still private)
+    ],
+)
+def test_ipv6_addresses_that_carry_a_private_ipv4_address_or_are_site_local_are_refused(url):
+    with pytest.raises(UrlRefused):
+        check_url(url, ())
+
+
+@pytest.mark.parametrize("url", ["https://[64:ff9b::808:808]/x", "https://[2002:808:808::1]/x"])
+def test_ipv6_addresses_that_carry_a_public_ipv4_address_pass(url):
+    check_url(url, ())
 
 
 @pytest.mark.parametrize("url", ["https://hooks.example.com/x", "https://8.8.8.8:8443/hook?x=1", "https://[2001:4860:4860::8888]/"])
