@@ -35,9 +35,11 @@ OUTPUT = ROOT / "test-output" / "browser"
 TIMEOUT_MS = 10_000
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(pg_template: str) -> Iterator[Browser]:
-    """Made after the session's database fixtures, which run event loops of their own."""
+    """Made after the session's database fixtures, which run event loops of their own. One per
+    module: Playwright's sync API keeps an event loop running in this thread until it stops,
+    and every later test that runs a loop of its own (asyncio.run) would fail beside it."""
     if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium is required for the browser tests and was not found at {CHROMIUM}")
     with sync_playwright() as playwright:
