@@ -17,9 +17,10 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from gateway.db.engine import Database
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 from tests.conftest import _admin, seeded
 from tests.support.calls import batch, contents, outcome, tool_call as call
 from tests.support.logs import CapturedLogs
@@ -271,3 +272,43 @@ async def test_the_gateway_stays_quiet_when_the_roles_timeouts_hold(
     finally:
         await database_.dispose()
     assert logs.named("database_session_timeouts_looser_than_settings") == []
+
+
+async def test_through_pgbouncer_no_named_statement_is_left_on_a_server_session(
+    database: tuple[str, str], bouncer: PgBouncer
+) -> None:
+    settings = Settings.from_flat(database_url=bouncer.url(database[0]), database_pgbouncer=True)
+    database_ = Database.from_settings(settings)
+    try:
+        async with database_.driver() as conn:
+            assert await conn.fetchval("SELECT $1::int + 1", 1) == 2
+            assert await conn.fetchval("SELECT count(*) FROM pg_prepared_statements") == 0
+        async with database_.begin() as conn:
+            assert await conn.scalar(sa.text("SELECT CAST(:n AS int) + 1"), {"n": 1}) == 2
+            assert await conn.scalar(sa.text("SELECT count(*) FROM pg_prepared_statements")) == 0
+    finally:
+        await database_.dispose()
+
+
+async def test_a_direct_connection_keeps_prepared_statements_and_its_session_settings(
+    database: tuple[str, str],
+) -> None:
+    settings = Settings.from_flat(database_url=database[0], database_statement_timeout_s=7.0)
+    assert settings.database.pgbouncer is False
+    database_ = Database.from_settings(settings)
+    try:
+        async with database_.driver() as conn:
+            assert await conn.fetchval("SELECT current_setting('statement_timeout')") == "7s"
+            assert await conn.fetchval("SELECT $1::int + 1", 1) == 2
+            assert await conn.fetchval("SELECT count(*) FROM pg_prepared_statements") >= 1
+        async with database_.begin() as conn:
+            assert await conn.scalar(sa.text("SELECT current_setting('statement_timeout')")) == "7s"
+            assert await conn.scalar(sa.text("SELECT count(*) FROM pg_prepared_statements")) >= 1
+    finally:
+        await database_.dispose()
+
+
+@pytest.mark.parametrize("value", ["tru\x00e", "ｔｒｕｅ", "[true]", "2", "on please"])
+def test_a_hostile_pgbouncer_setting_is_refused_by_name(value: str) -> None:
+    with pytest.raises(SettingsError, match="GATEWAY_DATABASE_PGBOUNCER"):
+        Settings.from_env({"GATEWAY_DATABASE_PGBOUNCER": value})
