@@ -114,11 +114,12 @@ async def test_calls_and_replays_work_through_pgbouncer(
 ) -> None:
     run = await new_run(client, gateways[0], "alice")
     first = [call("add", {"a": i, "b": 1}, call_id=f"c{i}") for i in range(5)]
-    answered = await client.post(f"{gateways[0].url}/v1/runs/{run}/tool-calls", json=batch(*first), headers=auth_for("alice"))
+    path = f"/v1/runs/{run}/tool-calls"
+    answered = await client.post(gateways[0].url + path, json=batch(*first), headers=auth_for("alice"))
     assert answered.status_code == 200, answered.text
     assert [outcome(c) for c in contents(answered.json())] == ["OK"] * 5
     # The same calls again, on the other process: replayed from the ledger, not executed again.
-    replayed = await client.post(f"{gateways[1].url}/v1/runs/{run}/tool-calls", json=batch(*first), headers=auth_for("alice"))
+    replayed = await client.post(gateways[1].url + path, json=batch(*first), headers=auth_for("alice"))
     assert replayed.status_code == 200, replayed.text
     assert contents(replayed.json()) == contents(answered.json())
     assert await db.fetchval("SELECT used_tool_calls FROM runs WHERE id = $1", run) == 5
@@ -171,9 +172,8 @@ async def test_the_budget_holds_exactly_through_pgbouncer_across_two_processes(
     outcomes = Counter(outcome(contents(r.json())[0]) for r in responses)
     assert outcomes == {"OK": BUDGET, "BUDGET_EXCEEDED": CONCURRENT_REQUESTS - BUDGET}, outcomes
     assert await db.fetchval("SELECT used_tool_calls FROM runs WHERE id = $1", run) == BUDGET
-    audited = Counter(
-        r["outcome"] for r in await db.fetch("SELECT outcome FROM audit_events WHERE run_id = $1 AND kind = 'tool_call'", run)
-    )
+    rows = await db.fetch("SELECT outcome FROM audit_events WHERE run_id = $1 AND kind = 'tool_call'", run)
+    audited = Counter(r["outcome"] for r in rows)
     assert audited == {"OK": BUDGET, "BUDGET_EXCEEDED": CONCURRENT_REQUESTS - BUDGET}, audited
     assert_no_statement_errors(gateways, bouncer)
 
