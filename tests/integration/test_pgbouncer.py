@@ -16,8 +16,11 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import httpx2
 import pytest
 import sqlalchemy as sa
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from gateway.db.engine import Database
 from gateway.settings import Settings, SettingsError
@@ -27,7 +30,7 @@ from tests.support.logs import CapturedLogs
 from tests.support.pgbouncer import PgBouncer, pgbouncer
 from tests.support.postgres import PostgresServer
 from tests.support.processes import GatewayProcess, gateway_env, run_cli, start_gateway, wait_until_ready
-from tests.support.tokens import auth_for
+from tests.support.tokens import auth_for, make_token
 
 pytestmark = pytest.mark.postgres
 
@@ -210,6 +213,19 @@ async def test_the_sealers_seal_through_pgbouncer_and_the_chain_verifies(
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert f"OK, {rows} sealed row(s) verified" in verified.stdout
+    assert_no_statement_errors(gateways, bouncer)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_the_mcp_endpoint_calls_tools_through_pgbouncer(
+    gateways: list[GatewayProcess], bouncer: PgBouncer, db: asyncpg.Connection, mode: str
+) -> None:
+    token = make_token("acme", "alice", extra={"jti": uuid.uuid4().hex})
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        transport = streamable_http_client(f"{gateways[1].url}/mcp", http_client=http)
+        async with Client(transport, mode=mode, cache=None, read_timeout_seconds=60) as client:  # type: ignore[arg-type]
+            results = [await client.call_tool("add", {"a": n, "b": 40}) for n in range(3)]
+    assert [r.structured_content for r in results] == [{"result": 40}, {"result": 41}, {"result": 42}]
     assert_no_statement_errors(gateways, bouncer)
 
 
