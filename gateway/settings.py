@@ -97,6 +97,7 @@ class DatabaseSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=T
     pool_timeout_s: float = 5.0
     statement_timeout_s: float = 10.0
     idle_in_transaction_timeout_s: Positive = 30.0
+    pgbouncer: bool = False
 
 
 class JwtSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -597,6 +598,8 @@ FIELD_DOCS: dict[str, str] = {
     "database_statement_timeout_s": "Seconds a single database statement may run.",
     "database_idle_in_transaction_timeout_s": "Seconds a gateway session may sit idle inside a transaction before "
     "PostgreSQL ends it (`idle_in_transaction_session_timeout`), so no stalled caller holds a connection and its locks.",
+    "database_pgbouncer": "`true` when `GATEWAY_DATABASE_URL` points at PgBouncer in transaction pooling mode: "
+    "no named prepared statements, no session settings at connect (docs/operations.md#pgbouncer).",
     "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",
     "jwt_algorithms": "Comma-separated allow-list of JWT algorithms; HS* use the secret, RS*/ES*/PS* the JWKS.",
     "jwt_issuer": "When set, tokens must carry this `iss`. Required with `GATEWAY_JWKS_URL`.",

@@ -5,6 +5,14 @@ step) uses asyncpg's own pool from the same URL (``Database.driver``): a checkou
 SQLAlchemy's async pool costs a greenlet hop and pool events per statement, which on this
 path was a larger share of the CPU than the statement itself. Everything else uses the
 SQLAlchemy engine.
+
+Behind PgBouncer in transaction pooling mode (``database.pgbouncer``) consecutive transactions
+of one client connection run on different server sessions, so nothing may outlive a
+transaction on the server: neither pool keeps named prepared statements (asyncpg's statement
+cache and SQLAlchemy's are off, so every statement is an unnamed one, parsed again with its
+Bind in one round trip), and the connection sends no session settings but its name (PgBouncer
+refuses other startup parameters, and would not keep them per client anyway). The timeouts are
+then the database role's (docs/operations.md#pgbouncer); the gateway warns when they are not.
 """
 
 from __future__ import annotations
@@ -15,20 +23,33 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 import sqlalchemy as sa
+import structlog
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from gateway.settings import Settings, SettingsError
 
+log = structlog.get_logger("gateway.db")
+
+
+def session_timeouts_ms(settings: Settings) -> dict[str, int]:
+    """The timeouts a gateway session needs, in milliseconds, by their PostgreSQL names."""
+    return {
+        "statement_timeout": int(settings.database.statement_timeout_s * 1000),
+        "idle_in_transaction_session_timeout": int(settings.database.idle_in_transaction_timeout_s * 1000),
+    }
+
 
 def session_settings(settings: Settings) -> dict[str, str]:
     """What every gateway session on PostgreSQL runs under, on both pools: its name, the longest
     a statement may run, and the longest it may sit idle inside a transaction (a stalled
-    caller must not keep a connection, its snapshot and its locks)."""
+    caller must not keep a connection, its snapshot and its locks). Through PgBouncer only the
+    name: PgBouncer tracks it per client; the timeouts are the role's there (see the module)."""
+    if settings.database.pgbouncer:
+        return {"application_name": "gateway"}
     return {
         "application_name": "gateway",
-        "statement_timeout": str(int(settings.database.statement_timeout_s * 1000)),
-        "idle_in_transaction_session_timeout": str(int(settings.database.idle_in_transaction_timeout_s * 1000)),
+        **{name: str(value) for name, value in session_timeouts_ms(settings).items()},
     }
 
 
@@ -40,6 +61,8 @@ class Database:
         driver_pool_size: int = 10,
         statement_timeout_s: float = 10.0,
         server_settings: dict[str, str] | None = None,
+        pgbouncer: bool = False,
+        expected_timeouts_ms: dict[str, int] | None = None,
     ) -> None:
         self.engine = engine
         self._driver_pool: asyncpg.Pool | None = None
@@ -47,6 +70,8 @@ class Database:
         self._driver_pool_size = driver_pool_size
         self._statement_timeout_s = statement_timeout_s
         self._server_settings = dict(server_settings or {})
+        self._pgbouncer = pgbouncer
+        self._expected_timeouts_ms = dict(expected_timeouts_ms or {})
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Database:
@@ -55,6 +80,8 @@ class Database:
             driver_pool_size=settings.database.pool_size,
             statement_timeout_s=settings.database.statement_timeout_s,
             server_settings=session_settings(settings),
+            pgbouncer=settings.database.pgbouncer,
+            expected_timeouts_ms=session_timeouts_ms(settings),
         )
 
     @asynccontextmanager
@@ -83,7 +110,7 @@ class Database:
         async with self._driver_pool_lock:
             if self._driver_pool is None:
                 url = self.engine.url.set(drivername="postgresql")
-                self._driver_pool = await asyncpg.create_pool(
+                pool = await asyncpg.create_pool(
                     url.render_as_string(hide_password=False),
                     min_size=1,
                     max_size=self._driver_pool_size,
@@ -92,8 +119,37 @@ class Database:
                     # The hot path runs single autocommit statements and leaves no session
                     # state behind, so the pool's reset statement on every release is waste.
                     reset=_no_reset,
+                    **_statement_cache(self._pgbouncer),
                 )
+                if self._pgbouncer:
+                    await self._warn_unless_timeouts_hold(pool)
+                self._driver_pool = pool
             return self._driver_pool
+
+    async def _warn_unless_timeouts_hold(self, pool: asyncpg.Pool) -> None:
+        """Through PgBouncer the role's settings bound a statement and an idle transaction:
+        say so once when they are looser than the gateway's (0 is no limit at all)."""
+        names = sorted(self._expected_timeouts_ms)
+        try:
+            row = await pool.fetchrow(
+                "SELECT " + ", ".join(f"current_setting('{name}') AS {name}" for name in names),
+                timeout=self._statement_timeout_s,
+            )
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("database_session_timeouts_unchecked", error_type=type(exc).__name__)
+            return
+        looser = {}
+        for name in names:
+            found = _milliseconds(row[name])
+            if found is None or found == 0 or found > self._expected_timeouts_ms[name]:
+                looser[name] = row[name]
+        if looser:
+            log.warning(
+                "database_session_timeouts_looser_than_settings",
+                found=looser,
+                expected_ms={name: self._expected_timeouts_ms[name] for name in looser},
+                hint="behind PgBouncer set them on the gateway's role: see docs/operations.md#pgbouncer",
+            )
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
@@ -108,6 +164,24 @@ class Database:
 
 async def _no_reset(conn: asyncpg.Connection) -> None:
     return None
+
+
+def _statement_cache(pgbouncer: bool) -> dict[str, int]:
+    """asyncpg's statement cache: off behind PgBouncer, where a named statement prepared in one
+    transaction is missing (or another client's) in the next; asyncpg's default otherwise."""
+    return {"statement_cache_size": 0} if pgbouncer else {}
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _milliseconds(shown: str) -> int | None:
+    """A duration as ``SHOW`` and ``current_setting`` print it (``0``, ``250ms``, ``10s``, ``1min``)."""
+    digits = shown.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = shown[len(digits):] or "ms"
+    if not digits.isdigit() or unit not in _UNITS_MS:
+        return None
+    return int(digits) * _UNITS_MS[unit]
 
 
 def create_engine(settings: Settings) -> AsyncEngine:
@@ -129,9 +203,15 @@ def create_engine(settings: Settings) -> AsyncEngine:
             "timeout": settings.database.pool_timeout_s,
             "command_timeout": settings.database.statement_timeout_s + 5,
             "server_settings": session_settings(settings),
+            **_statement_cache(settings.database.pgbouncer),
+            # SQLAlchemy keeps prepared statements of its own: off too, so each statement is
+            # prepared unnamed in its transaction (named ones, even uniquely named, would pile
+            # up on PgBouncer's server sessions).
+            **({"prepared_statement_cache_size": 0} if settings.database.pgbouncer else {}),
         },
     )
     event.listen(engine.sync_engine, "handle_error", _drop_row_values)
+    event.listen(engine.sync_engine, "handle_error", _refused_connection_is_unavailable)
     return engine
 
 
@@ -147,3 +227,25 @@ def _drop_row_values(context: Any) -> None:
             current.detail = None
         current = current.__cause__ or current.__context__
 
+
+
+def _refused_connection_is_unavailable(context: Any) -> None:
+    """A server that refuses the connection itself (SQLSTATE class 08: PgBouncer refusing a
+    startup parameter, too many clients) leaves the database unavailable, as an unreachable one
+    does: the request answers 503, not 500. Refused startup parameters are a configuration
+    error with one known cause, so the log names it."""
+    seen: set[int] = set()
+    current: BaseException | None = context.original_exception
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, asyncpg.PostgresConnectionError):
+            context.is_disconnect = True
+            if "unsupported startup parameter" in str(current.args[0] if current.args else ""):
+                log.error(
+                    "database_refused_session_settings",
+                    sqlstate=current.sqlstate,
+                    hint="a connection pooler refused the gateway's session settings: behind PgBouncer set "
+                    "GATEWAY_DATABASE_PGBOUNCER=true (docs/operations.md#pgbouncer)",
+                )
+            return
+        current = current.__cause__ or current.__context__
