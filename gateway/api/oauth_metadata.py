@@ -22,7 +22,9 @@ def _metadata(request: Request[Any, Any, Any], path: str) -> Response[ProtectedR
     return Response(
         content=resource_metadata(base + path, issuer=settings.jwt.issuer, jwks_url=settings.jwks.url),
         media_type=MediaType.JSON,
-        headers={"Cache-Control": "public, max-age=300"},
+        # Built from the request's Host: a shared cache that does not key on it must not hand
+        # one client's answer (naming its host) to another.
+        headers={"Cache-Control": "private, max-age=300", "Vary": "Host"},
     )
 
 

@@ -27,3 +27,10 @@ async def test_a_shared_secret_names_no_authorization_server(database_url):
     async with AsyncTestClient(app=create_app(settings)) as client:
         response = await client.get("/.well-known/oauth-protected-resource")
     assert "authorization_servers" not in response.json()
+
+
+async def test_the_metadata_names_the_requests_host_and_no_shared_cache_keeps_it(database_url):
+    async with AsyncTestClient(app=create_app(make_settings(database_url))) as client:
+        response = await client.get("/.well-known/oauth-protected-resource/mcp", headers={"Host": "evil.example"})
+    assert response.json()["resource"] == "http://evil.example/mcp"
+    assert response.headers["cache-control"].startswith("private") and response.headers["vary"] == "Host"
