@@ -197,10 +197,13 @@ def fresh_prefix(label: str) -> str:
     return f"{label}{uuid.uuid4().hex[:6]}"
 
 
-def wrk(url: str, script: str, args: list[str], *, connections: int, duration: int) -> Sample:
-    """One wrk run with bench/``script``, given ``args`` after ``--``."""
+def wrk(
+    url: str, script: str, args: list[str], *, connections: int, duration: int, under: Iterable[str] = ()
+) -> Sample:
+    """One wrk run with bench/``script``, given ``args`` after ``--``; ``under`` is a command
+    to start it under (``taskset -c 3``)."""
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(ROOT / "bench" / script),
+        [*under, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(ROOT / "bench" / script),
          url, "--", *args],
         capture_output=True, text=True, check=True,
     ).stdout
