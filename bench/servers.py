@@ -6,7 +6,7 @@ Starts four servers on one bench database (PostgreSQL):
 - the gateway under granian: `granian --interface asgi --factory
   gateway.asgi:create_app_from_env --workers 1 --loop uvloop --http 1 --no-ws`,
 - bench/baseline_app.py (JWT + one raw asyncpg INSERT) under each of the two,
-then drives them in turn with wrk, `--repeats` rounds, one call per request with fresh
+then drives them in turn with wrk (each server first in every other round), `--repeats` rounds, one call per request with fresh
 tool_call ids and arguments spread over 32 runs. For each it prints the median of req/s,
 p50 and p99, the CPU its processes spent per request (the server and its worker processes,
 read from /proc: the figure that drifts least on a shared machine) and the ratios
@@ -123,7 +123,10 @@ def main() -> int:
             for target in targets:
                 drive(target, "w", 2)
             for repeat in range(1, args.repeats + 1):
-                for target in targets:
+                # Each server goes first in every other round, so that neither always meets
+                # the machine just after the other has warmed it (or the test suite has).
+                order = targets if repeat % 2 else [targets[1], targets[0], targets[3], targets[2]]
+                for target in order:
                     before = tree_cpu_s(target.pid)
                     sample = drive(target, "r", args.duration)
                     target.cpu_us.append(1e6 * (tree_cpu_s(target.pid) - before) / max(1, sample.requests))
