@@ -22,7 +22,6 @@ Needs granian (`pip install -e '.[bench]'`), wrk and a PostgreSQL server
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -34,8 +33,8 @@ from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common  # noqa: E402
-from bench.cpu_per_call import parent_pid, process_cpu_s  # noqa: E402
+from bench import common, pinning  # noqa: E402
+from bench.cpu_per_call import process_cpu_s  # noqa: E402
 
 
 def granian_command() -> str | None:
@@ -59,19 +58,7 @@ def start_granian(
 
 def tree_cpu_s(root: int) -> float:
     """CPU seconds of a process and of every process below it (granian serves from a child)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                children.setdefault(parent_pid(int(entry)), []).append(int(entry))
-            except (OSError, ValueError, IndexError):
-                continue
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += process_cpu_s(pid)
-        todo.extend(children.get(pid, []))
-    return total
+    return sum(process_cpu_s(pid) for pid in pinning.tree(root))
 
 
 @dataclass
