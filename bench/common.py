@@ -47,6 +47,7 @@ class Sample:
     p50_ms: float
     p99_ms: float
     errors: int
+    requests: int = 0
 
 
 def add_load_options(parser: argparse.ArgumentParser, *, duration: int, repeats: int, connections: int) -> None:
@@ -196,10 +197,13 @@ def fresh_prefix(label: str) -> str:
     return f"{label}{uuid.uuid4().hex[:6]}"
 
 
-def wrk(url: str, script: str, args: list[str], *, connections: int, duration: int) -> Sample:
-    """One wrk run with bench/``script``, given ``args`` after ``--``."""
+def wrk(
+    url: str, script: str, args: list[str], *, connections: int, duration: int, under: Iterable[str] = ()
+) -> Sample:
+    """One wrk run with bench/``script``, given ``args`` after ``--``; ``under`` is a command
+    to start it under (``taskset -c 3``)."""
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(ROOT / "bench" / script),
+        [*under, "wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(ROOT / "bench" / script),
          url, "--", *args],
         capture_output=True, text=True, check=True,
     ).stdout
@@ -207,7 +211,8 @@ def wrk(url: str, script: str, args: list[str], *, connections: int, duration: i
     if match is None:
         raise RuntimeError(f"wrk printed no result:\n{out}")
     requests, duration_us, errors, p50, p99, non2xx = map(int, match.groups())
-    return Sample(rps=requests / (duration_us / 1e6), p50_ms=p50 / 1000, p99_ms=p99 / 1000, errors=errors + non2xx)
+    return Sample(rps=requests / (duration_us / 1e6), p50_ms=p50 / 1000, p99_ms=p99 / 1000, errors=errors + non2xx,
+                  requests=requests)
 
 
 def median(samples: list[Sample], attr: str) -> float:
