@@ -34,8 +34,13 @@ TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def pair(fleet_database: str) -> Iterator[list[str]]:
-    """Two `gateway serve` processes behind no balancer: a test spreads its requests over both."""
-    with gateways(fleet_database, 2, policy_cache_s=0) as started:
+    """Two `gateway serve` processes behind no balancer: a test spreads its requests over both.
+    Rate limits far above what the module sends: its tests share users, and the budget race
+    sends 50 calls at once (a 429 there would be the limiter's answer, not the ledger's)."""
+    with gateways(
+        fleet_database, 2, policy_cache_s=0, rate_limit_user_rps=100_000, rate_limit_user_burst=100_000,
+        rate_limit_tenant_rps=100_000, rate_limit_tenant_burst=100_000,
+    ) as started:
         yield [gateway.url for gateway in started]
 
 

@@ -5,6 +5,7 @@ the one docs/operations.md tells operators to use."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tests.support.loopback import free_port
 
@@ -40,17 +41,26 @@ class PgBouncer:
         """``database_url`` (a PostgreSQL URL of the suite's server) through this PgBouncer."""
         parts = urlsplit(database_url)
         netloc = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-        return urlunsplit(parts._replace(netloc=f"{netloc}127.0.0.1:{self.port}"))
+        # An embedded server is named by a socket folder in the query: PgBouncer is on TCP.
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port")])
+        return urlunsplit(parts._replace(netloc=f"{netloc}127.0.0.1:{self.port}", query=query))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
 
-def config(*, port: int, server_dsn: str, auth_file: Path, pool_size: int) -> str:
+def server_address(server_dsn: str) -> tuple[str, int]:
+    """Host (or Unix socket folder, for the embedded server) and port of the suite's server."""
     server = urlsplit(server_dsn)
+    query = dict(parse_qsl(server.query))
+    return query.get("host") or server.hostname or "127.0.0.1", int(query.get("port") or server.port or 5432)
+
+
+def config(*, port: int, server_dsn: str, auth_file: Path, pool_size: int) -> str:
+    host, server_port = server_address(server_dsn)
     return f"""\
 [databases]
-* = host={server.hostname or "127.0.0.1"} port={server.port or 5432}
+* = host={host} port={server_port}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -64,6 +74,13 @@ max_client_conn = 500
 server_reset_query =
 ignore_startup_parameters =
 """
+
+
+def _unprivileged_user(server_dsn: str) -> str:
+    host, _ = server_address(server_dsn)
+    if host.startswith("/"):
+        return pwd.getpwuid(Path(host).stat().st_uid).pw_name
+    return "nobody"
 
 
 def _listening(port: int) -> bool:
@@ -90,8 +107,9 @@ def pgbouncer(server_dsn: str, *, pool_size: int = 5, timeout: float = 20) -> It
         ini.write_text(config(port=port, server_dsn=server_dsn, auth_file=auth_file, pool_size=pool_size))
         for path in (auth_file, ini):
             path.chmod(0o644)
-        # PgBouncer refuses to run as root: drop to an unprivileged user then.
-        args = [binary, *(["-u", "nobody"] if os.geteuid() == 0 else []), str(ini)]
+        # PgBouncer refuses to run as root: drop to an unprivileged user then (the owner of the
+        # embedded server's private socket folder, so that it can connect).
+        args = [binary, *(["-u", _unprivileged_user(server_dsn)] if os.geteuid() == 0 else []), str(ini)]
         log_path = root / "pgbouncer.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
