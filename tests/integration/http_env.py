@@ -168,13 +168,14 @@ class HttpEnv:
     trap_port: int
 
 
-async def _seed(database_url: str) -> None:
+async def seed_with_grants(database_url: str, grants: dict[str, frozenset[str]]) -> None:
+    """The demo tenants, each demo role also granted ``grants[role]`` (a tools file's permissions)."""
     db = Database.from_settings(Settings.from_flat(database_url=database_url))
     try:
         await seed_demo(db)
         async with db.begin() as conn:
             for tenant_id in DEMO_TENANTS:
-                for role, permissions in GRANTS.items():
+                for role, permissions in grants.items():
                     await ensure_role(conn, tenant_id=tenant_id, name=role, description=role, permissions=permissions)
     finally:
         await db.dispose()
@@ -196,7 +197,7 @@ def http_env(request: pytest.FixtureRequest, **overrides: Any) -> Iterator[HttpE
     databases = _database(request)
     database_url = next(databases)
     try:
-        asyncio.run(_seed(database_url))
+        asyncio.run(seed_with_grants(database_url, GRANTS))
         gateway_sock = loopback_socket()
         jwks_url = f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/.well-known/jwks.json"
         service_app = create_business_service(jwks_url=jwks_url)

@@ -16,13 +16,9 @@ import pytest
 import structlog
 
 from gateway.app import create_app
-from gateway.db.engine import Database
-from gateway.db.tenants import ensure_role
-from gateway.demo import DEMO_TENANTS, seed_demo
 from gateway.execution.approvals import idempotency_key_for
-from gateway.settings import Settings
 from tests.conftest import _admin
-from tests.integration.http_env import Caller
+from tests.integration.http_env import Caller, seed_with_grants
 from tests.support.app import make_settings
 from tests.support.calls import batch, tool_call
 from tests.support.loopback import ServerThread, free_port, loopback_socket
@@ -107,17 +103,6 @@ class Env:
     jwks_url: str
 
 
-async def _seed(database_url: str) -> None:
-    db = Database.from_settings(Settings.from_flat(database_url=database_url))
-    try:
-        await seed_demo(db)
-        async with db.begin() as conn:
-            for tenant_id in DEMO_TENANTS:
-                for role, permissions in GRANTS.items():
-                    await ensure_role(conn, tenant_id=tenant_id, name=role, description=role, permissions=permissions)
-    finally:
-        await db.dispose()
-
 
 @pytest.fixture(scope="module")
 def env(request: pytest.FixtureRequest) -> Iterator[Env]:
@@ -129,7 +114,7 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     logs.install()
     try:
         database_url = postgres.sqlalchemy_url(name)
-        asyncio.run(_seed(database_url))
+        asyncio.run(seed_with_grants(database_url, GRANTS))
         gateway_sock = loopback_socket()
         jwks_url = f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/.well-known/jwks.json"
         notes_state = UpstreamState(jwks_url=jwks_url, audience="notes")
