@@ -14,7 +14,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.text import MAX_JSON_DEPTH_CEILING
-from tests.integration.http_env import _database, _seed
+from tests.integration.http_env import GRANTS, _database, seed_with_grants
 from tests.support.app import make_settings
 from tests.support.loopback import ServerThread, loopback_socket
 from tests.support.tokens import SERVICE_SIGNING_KEY, auth_for
@@ -83,7 +83,7 @@ def gateway_url(request: pytest.FixtureRequest) -> Iterator[str]:
     databases = _database(request)
     database_url = next(databases)
     try:
-        asyncio.run(_seed(database_url))
+        asyncio.run(seed_with_grants(database_url, GRANTS))
         tools_file = request.getfixturevalue("tmp_path_factory").mktemp("tools") / "tools.toml"
         tools_file.write_text(TOOLS_TOML)
         with DeepService() as service:

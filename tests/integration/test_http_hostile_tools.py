@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from gateway.app import create_app
-from tests.integration.http_env import _database, _seed
+from tests.integration.http_env import GRANTS, _database, seed_with_grants
 from tests.support.app import make_settings
 from tests.support.calls import batch, new_run, tool_call
 from tests.support.loopback import ServerThread, loopback_socket
@@ -153,7 +153,7 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     databases = _database(request)
     database_url = next(databases)
     try:
-        asyncio.run(_seed(database_url))
+        asyncio.run(seed_with_grants(database_url, GRANTS))
         tools_file = request.getfixturevalue("tmp_path_factory").mktemp("tools") / "tools.toml"
         tools_file.write_text(TOOLS_TOML)
         with HostileService() as service:
