@@ -233,6 +233,8 @@ def reachable_bin_dir(bin_path: Path, user: pwd.struct_passwd) -> Path:
     digest = hashlib.sha256(os.fsencode(f"{install}\0{version}")).hexdigest()[:16]
     target = base / f"pginstall-{digest}"
     copied_bin = target / package.name / install.name / "bin"
+    # A copy the server's user could not reach either is not made at all (nothing left behind).
+    _refuse_if_blocked(copied_bin, user, install, target)
     if not (copied_bin / "pg_ctl").exists():
         try:
             for folder in reversed([base, *base.parents]):
@@ -261,6 +263,11 @@ def reachable_bin_dir(bin_path: Path, user: pwd.struct_passwd) -> Path:
                 f"the embedded PostgreSQL runs as user {user.pw_name} (PostgreSQL refuses root), who cannot reach "
                 f"its binaries in {install}, and copying them to {target} failed: {exc.strerror or exc}"
             ) from None
+    _refuse_if_blocked(copied_bin, user, install, target)
+    return copied_bin
+
+
+def _refuse_if_blocked(copied_bin: Path, user: pwd.struct_passwd, install: Path, target: Path) -> None:
     blocked = _blocked_folder(copied_bin / "pg_ctl", user)
     if blocked is not None:
         raise EmbeddedPostgresError(
@@ -268,7 +275,6 @@ def reachable_bin_dir(bin_path: Path, user: pwd.struct_passwd) -> Path:
             f"its binaries in {install} nor their copy in {target} (blocked at {blocked}); "
             "set GATEWAY_DATABASE_URL"
         )
-    return copied_bin
 
 
 def _blocked_folder(path: Path, user: pwd.struct_passwd) -> Path | None:
