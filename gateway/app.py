@@ -149,7 +149,11 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             stale_after = max(stale_after, timedelta(
                 seconds=2 * federation.longest_timeout_s + 2 * settings.database.statement_timeout_s))
         ledger = create_ledger(
-            db, approval_ttl=timedelta(seconds=settings.approvals.ttl_s), stale_after=stale_after
+            db,
+            approval_ttl=timedelta(seconds=settings.approvals.ttl_s),
+            stale_after=stale_after,
+            lanes=settings.database.group_commit_lanes,
+            max_requests=settings.database.group_commit_max_requests,
         )
         readiness = Readiness(db, degraded=federation.degraded if federation else None)
         executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger, metrics=metrics)

@@ -98,6 +98,8 @@ class DatabaseSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=T
     statement_timeout_s: float = 10.0
     idle_in_transaction_timeout_s: Positive = 30.0
     pgbouncer: bool = False
+    group_commit_lanes: Annotated[int, Meta(ge=1, le=16)] = 2
+    group_commit_max_requests: Annotated[int, Meta(ge=1, le=1000)] = 64
 
 
 class JwtSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -598,6 +600,9 @@ FIELD_DOCS: dict[str, str] = {
     "database_statement_timeout_s": "Seconds a single database statement may run.",
     "database_idle_in_transaction_timeout_s": "Seconds a gateway session may sit idle inside a transaction before "
     "PostgreSQL ends it (`idle_in_transaction_session_timeout`), so no stalled caller holds a connection and its locks.",
+    "database_group_commit_lanes": "Grouped statements of the tool-call path in flight at once per process, for "
+    "admissions and for records each; every lane keeps one connection of its own (docs/performance.md#group-commit).",
+    "database_group_commit_max_requests": "Most requests one grouped statement serves; more wait for the next one.",
     "database_pgbouncer": "`true` when `GATEWAY_DATABASE_URL` points at PgBouncer in transaction pooling mode: "
     "no named prepared statements, no session settings at connect (docs/operations.md#pgbouncer).",
     "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",

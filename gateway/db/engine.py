@@ -77,7 +77,9 @@ class Database:
     def from_settings(cls, settings: Settings) -> Database:
         return cls(
             create_engine(settings),
-            driver_pool_size=settings.database.pool_size,
+            # The group-commit lanes keep a connection each (admissions and records), on top
+            # of what the rest of the hot path takes from this pool.
+            driver_pool_size=max(settings.database.pool_size, 2 * settings.database.group_commit_lanes + 2),
             statement_timeout_s=settings.database.statement_timeout_s,
             server_settings=session_settings(settings),
             pgbouncer=settings.database.pgbouncer,

@@ -162,13 +162,21 @@ class PostgresLedger(Ledger):
     _contents = msgspec.json.encode(LEDGER_CONTENTS).decode()
     _encoder = msgspec.json.Encoder()
 
-    def __init__(self, db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        approval_ttl: timedelta,
+        stale_after: timedelta = DEFAULT_STALE_AFTER,
+        lanes: int = 2,
+        max_requests: int = 64,
+    ) -> None:
         super().__init__(db, approval_ttl=approval_ttl, stale_after=stale_after)
         self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(
-            self._admit_many, pool=db.driver_pool
+            self._admit_many, pool=db.driver_pool, lanes=lanes, max_items=max_requests
         )
         self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(
-            self._record_many, pool=db.driver_pool, even_if_cancelled=True
+            self._record_many, pool=db.driver_pool, even_if_cancelled=True, lanes=lanes, max_items=max_requests
         )
 
     async def admit(
@@ -263,5 +271,14 @@ def _ran_ahead(item: _AdmitItem, plan: CallPlan) -> CallOutcome | None:
     return item.ran_ahead.get(plan.id) if item.ran_ahead else None
 
 
-def create_ledger(db: Database, *, approval_ttl: timedelta, stale_after: timedelta = DEFAULT_STALE_AFTER) -> Ledger:
-    return PostgresLedger(db, approval_ttl=approval_ttl, stale_after=stale_after)
+def create_ledger(
+    db: Database,
+    *,
+    approval_ttl: timedelta,
+    stale_after: timedelta = DEFAULT_STALE_AFTER,
+    lanes: int = 2,
+    max_requests: int = 64,
+) -> Ledger:
+    return PostgresLedger(
+        db, approval_ttl=approval_ttl, stale_after=stale_after, lanes=lanes, max_requests=max_requests
+    )

@@ -299,3 +299,46 @@ async def test_an_outcome_that_comes_with_a_call_needing_approval_is_never_answe
     assert (admission.decision, admission.outcome) == ("decided", "APPROVAL_REQUIRED")
     [replayed] = await admit(ledger, run_id, [call("create_article", '{"title": "t", "body": "b"}', call_id=plan.id)])
     assert (replayed.decision, replayed.outcome, replayed.content) == ("replay", "APPROVAL_REQUIRED", None)
+
+
+class StatementCountingLedger(PostgresLedger):
+    """The real ledger, counting the grouped admission statements it sends and their sizes."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.groups: list[int] = []
+
+    async def _admit_many(self, conn, items):
+        self.groups.append(len(items))
+        return await super()._admit_many(conn, items)
+
+
+@pytest.mark.parametrize("lanes,max_requests", [(1, 3), (4, 64)])
+async def test_group_commit_lanes_and_group_size_bound_each_statement_and_every_budget_holds(
+    db, lanes, max_requests
+):
+    ledger = StatementCountingLedger(db, approval_ttl=timedelta(hours=1), lanes=lanes, max_requests=max_requests)
+    try:
+        runs = [await new_run(db, max_tool_calls=4) for _ in range(3)]
+        requests = [(run_id, [call(arguments=f'{{"a": {i}, "b": 1}}')]) for run_id in runs for i in range(6)]
+        results = await asyncio.gather(*(admit(ledger, run_id, plans) for run_id, plans in requests))
+    finally:
+        await ledger.close()
+    assert max(ledger.groups) <= max_requests
+    assert sum(ledger.groups) == len(requests)
+    for run_id in runs:
+        executed = [adm[0].decision for (r, _), adm in zip(requests, results, strict=True) if r == run_id]
+        assert executed.count("execute") == 4 and executed.count("decided") == 2
+
+
+def test_the_group_commit_settings_reach_the_ledger_and_size_the_driver_pool(database_url):
+    settings = make_settings(database_url, database_group_commit_lanes=6, database_group_commit_max_requests=5,
+                             database_pool_size=4)
+    db = Database.from_settings(settings)
+    ledger = create_ledger(db, approval_ttl=timedelta(hours=1), lanes=settings.database.group_commit_lanes,
+                           max_requests=settings.database.group_commit_max_requests)
+    assert isinstance(ledger, PostgresLedger)
+    assert (ledger._admissions._lane_count, ledger._admissions._max_items) == (6, 5)
+    assert (ledger._records._lane_count, ledger._records._max_items) == (6, 5)
+    # Six lanes for each statement kind keep twelve connections: the pool makes room for them.
+    assert db._driver_pool_size == 14

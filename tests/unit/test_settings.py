@@ -137,6 +137,10 @@ def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable()
         ("GATEWAY_LLM_HISTORY_SHARE", "0", "GATEWAY_LLM_HISTORY_SHARE must be a number more than 0 and at most 1"),
         ("GATEWAY_RATE_LIMIT_USER_RPS", "-1", "GATEWAY_RATE_LIMIT_USER_RPS must be a number at least 0"),
         ("GATEWAY_LOG_FORMAT", "xml", "GATEWAY_LOG_FORMAT must be console or json"),
+        ("GATEWAY_DATABASE_GROUP_COMMIT_LANES", "0",
+         "GATEWAY_DATABASE_GROUP_COMMIT_LANES must be an integer at least 1 and at most 16"),
+        ("GATEWAY_DATABASE_GROUP_COMMIT_MAX_REQUESTS", "lots",
+         "GATEWAY_DATABASE_GROUP_COMMIT_MAX_REQUESTS must be an integer at least 1 and at most 1000"),
         ("GATEWAY_LLM_BASE_URL", "ftp://x", "GATEWAY_LLM_BASE_URL must be an http(s) URL"),
     ],
 )
