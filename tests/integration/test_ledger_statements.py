@@ -342,3 +342,79 @@ def test_the_group_commit_settings_reach_the_ledger_and_size_the_driver_pool(dat
     assert (ledger._records._lane_count, ledger._records._max_items) == (6, 5)
     # Six lanes for each statement kind keep twelve connections: the pool makes room for them.
     assert db._driver_pool_size == 14
+
+
+class CommitModeLedger(PostgresLedger):
+    """The real ledger, running each admission statement in a transaction of its own to read
+    the ``synchronous_commit`` it leaves for its commit."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commit_modes: list[str] = []
+
+    async def _admit_many(self, conn, items):
+        async with conn.transaction():
+            rows = await super()._admit_many(conn, items)
+            self.commit_modes.append(await conn.fetchval("SELECT current_setting('synchronous_commit')"))
+        return rows
+
+
+READER = Principal("acme", "alice", ALICE.roles, ALICE.permissions | {"articles:read"})
+
+
+@pytest.fixture
+async def commit_ledger(db: Database):
+    led = CommitModeLedger(db, approval_ttl=timedelta(hours=1))
+    yield led
+    await led.close()
+
+
+def search(call_id: str | None = None):
+    return plan_call(REGISTRY, READER, ToolCallRequest(id=call_id or uuid.uuid4().hex, name="search_articles",
+                                                       arguments=b'{"query": "x"}'))
+
+
+async def test_a_claim_of_a_read_only_call_commits_without_waiting_for_its_flush(db, commit_ledger):
+    run_id = await new_run(db)
+    [admission] = await commit_ledger.admit(READER, run_id, [search()], request_id="req_test", now=datetime.now(UTC))
+    assert admission.decision == "execute"
+    assert commit_ledger.commit_modes == ["off"]
+
+
+async def test_every_statement_that_answers_or_writes_data_commits_durably(db, commit_ledger):
+    run_id = await new_run(db, max_tool_calls=1)
+    pure = call()
+    answered = [
+        # a pure call that ran ahead: answered from this statement, with its audit row
+        await commit_ledger.admit(ALICE, run_id, [pure], request_id="req_test", now=datetime.now(UTC),
+                                  ran_ahead={pure.id: computed()}),
+        # a read-only call over the budget: refused here, audited here
+        await commit_ledger.admit(READER, run_id, [search()], request_id="req_test", now=datetime.now(UTC)),
+        # a replay: answered from what is stored
+        await commit_ledger.admit(ALICE, run_id, [call(call_id=pure.id)], request_id="req_test",
+                                  now=datetime.now(UTC)),
+    ]
+    assert [a[0].decision for a in answered] == ["executed", "decided", "replay"]
+    other = await new_run(db)
+    # a call that waits for approval creates the approval here
+    [approval] = await commit_ledger.admit(ALICE, other, [call("create_article", '{"title": "t", "body": "b"}')],
+                                           request_id="req_test", now=datetime.now(UTC))
+    assert approval.outcome == "APPROVAL_REQUIRED"
+    # a read-only claim sharing its statement with a refusal commits with the refusal
+    not_permitted = plan_call(REGISTRY, ALICE, ToolCallRequest(id="np", name="search_articles",
+                                                                arguments=b'{"query": "x"}'))
+    [claim, refused] = await commit_ledger.admit(
+        READER, other, [search(), not_permitted], request_id="req_test", now=datetime.now(UTC)
+    )
+    assert (claim.decision, refused.outcome) == ("execute", "PERMISSION_DENIED")
+    assert commit_ledger.commit_modes == ["on"] * 5
+
+
+def test_only_a_call_of_a_tool_that_changes_nothing_is_marked_read_only():
+    from gateway.execution.guards import admission_payload
+
+    assert admission_payload(search()).get("read_only") is True
+    writer = call("create_article", '{"title": "t", "body": "b"}')
+    assert "read_only" not in admission_payload(writer)
+    refused = plan_call(REGISTRY, ALICE, ToolCallRequest(id="r", name="search_articles", arguments=b'{"query": "x"}'))
+    assert refused.rejected is not None and "read_only" not in admission_payload(refused)

@@ -18,6 +18,13 @@
 --                         "code", "content", "call_hash", "needs_approval", "approval_id",
 --                         "arguments", "tool_cap",
 --                         "result": {"outcome", "content", "duration_ms", "error_id"} (optional)}]}]
+-- A call that will run a tool changing nothing ("read_only": true) and is admitted to run has
+-- no answer yet: its outcome comes from the recording statement, which commits durably
+-- (synchronous_commit on) and, WAL being written in order, makes this claim durable with it.
+-- So a statement whose every call is such a claim, and that writes no audit row, commits
+-- without waiting for its WAL flush: a crash before the record loses the claim of a call
+-- nobody was answered for, whose tool changed nothing. Any other outcome is answered from
+-- this statement (or changes data) and commits durably.
 -- The batch's created_at is the caller's clock: every time rule here (run expiry, approval
 -- expiry, stale calls) is decided at it, never at the database's clock.
 -- p_contents: the message content of each code the ledger decides.
@@ -58,6 +65,7 @@ DECLARE
     v_result jsonb;
     -- An array grows in place; a JSON array would be copied whole at every append.
     v_audit jsonb[] := '{}';
+    v_durable boolean := false;
 BEGIN
     o_batch := -1;
     -- The caller sorts the batches by run id, so concurrent statements lock runs in one order.
@@ -206,6 +214,9 @@ BEGIN
                     ELSE
                         o_decision := 'execute';
                         o_outcome := NULL;
+                        IF (v_call->>'read_only') IS DISTINCT FROM 'true' THEN
+                            v_durable := true;
+                        END IF;
                         RETURN NEXT;
                         CONTINUE;
                     END IF;
@@ -230,6 +241,8 @@ BEGIN
     END LOOP;
     IF cardinality(v_audit) > 0 THEN
         PERFORM gateway_append_audit(to_jsonb(v_audit));
+    ELSIF NOT v_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
 END;
 $fn$;

@@ -97,6 +97,9 @@ def admission_payload(plan: CallPlan, ran_ahead: CallOutcome | None = None) -> d
     else:
         for contribute in CONTRIBUTES:
             contribute(plan, payload)
+        if plan.tool is not None and not plan.tool.mutates and not plan.transactional:
+            # Its claim may commit without waiting for the WAL flush (admit_calls.sql).
+            payload["read_only"] = True
         if ran_ahead is not None:
             payload["result"] = {
                 "outcome": ran_ahead.outcome,
