@@ -70,23 +70,38 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 class ServiceCalls:
     """What the HTTP tools of one process share: the token signer, made with the app, and the
-    pooled HTTP client, made in the app's lifespan and handed over with ``attach``."""
+    pooled HTTP client and its transport, made in the app's lifespan and handed over with
+    ``attach``.
+
+    A call goes to the transport itself, not through the client: the client's own steps
+    (default headers, cookies, redirects, auth) are all things a service call must not have
+    or does without, and on this path they were a sixth of the gateway's CPU per call."""
 
     def __init__(self, signer: ServiceTokenSigner | None) -> None:
         self.signer = signer
         self._client: httpx.AsyncClient | None = None
+        self._transport: httpx.AsyncBaseTransport | None = None
 
-    def attach(self, client: httpx.AsyncClient) -> None:
+    def attach(self, client: httpx.AsyncClient, transport: httpx.AsyncBaseTransport) -> None:
+        """``transport``: the one ``client`` was made with (``service_transport``)."""
         self._client = client
+        self._transport = transport
 
     def detach(self) -> None:
         self._client = None
+        self._transport = None
 
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             raise RuntimeError("the HTTP client is not started: HTTP tools run inside the app's lifespan")
         return self._client
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport:
+        if self._transport is None:
+            raise RuntimeError("the HTTP client is not started: HTTP tools run inside the app's lifespan")
+        return self._transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +150,7 @@ class HttpToolHandler:
         self._calls = calls
         self._timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s
-        self._timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s))
+        self._timeout = httpx.Timeout(timeout_s, connect=min(connect_timeout_s, timeout_s)).as_dict()
         self._max_result_bytes = max_result_bytes
         self._mutates = mutates
         self._errors = errors
@@ -155,19 +170,26 @@ class HttpToolHandler:
         timeout_s = ctx.timeout_s or self._timeout_s
         timeout = self._timeout if timeout_s == self._timeout_s else httpx.Timeout(
             timeout_s, connect=min(self._connect_timeout_s, timeout_s)
-        )
+        ).as_dict()
         max_result_bytes = ctx.max_result_bytes or self._max_result_bytes
-        # Only the same user's calls share a connection: see http_transport.
-        partition = {PARTITION: (ctx.principal.tenant_id, ctx.principal.user_id)}
+        request = httpx.Request(
+            self._request.method,
+            url,
+            content=body,
+            headers=headers,
+            # Only the same user's calls share a connection: see http_transport.
+            extensions={"timeout": timeout, PARTITION: (ctx.principal.tenant_id, ctx.principal.user_id)},
+        )
         started = time.perf_counter()
         try:
-            async with self._calls.client.stream(
-                self._request.method, url, content=body, headers=headers, timeout=timeout, extensions=partition
-            ) as response:
+            response = await self._calls.transport.handle_async_request(request)
+            try:
                 status = response.status_code
                 success = 200 <= status < 300
                 data, complete = await read_capped(response, max_result_bytes if success else ERROR_BODY_LIMIT)
                 response_headers = response.headers
+            finally:
+                await response.aclose()
         except httpx.TimeoutException as exc:
             log.warning("service_call_timed_out", **self._log_fields, error_type=type(exc).__name__,
                         duration_ms=elapsed_ms(started))
