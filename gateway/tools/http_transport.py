@@ -29,7 +29,8 @@ import asyncio
 import select
 import socket
 import ssl
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, cast
 
 import httpcore
 import httpx
@@ -397,6 +398,18 @@ def service_transport(*, limits: httpx.Limits, ssl_context: ssl.SSLContext | Non
     return transport
 
 
+class RequestSender(Protocol):
+    """What sends an httpcore request: ``ServicePool``, or httpcore's own pool."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response: ...
+
+
+def pool_of(transport: httpx.AsyncHTTPTransport) -> RequestSender:
+    """The connection pool under an httpx transport (``ServicePool`` for ``service_transport``):
+    what HTTP tools send through, without httpx's request and response objects around it."""
+    return cast(RequestSender, transport._pool)  # noqa: SLF001 -- see service_transport
+
+
 IDENTITY = {"accept-encoding": "identity"}
 """Headers that ask for an uncompressed body; ``read_capped`` refuses any other."""
 
@@ -415,14 +428,32 @@ async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool
     Raises ``EncodedBody`` for a ``Content-Encoding`` other than identity, before reading.
     Reading stops at the first chunk past the limit (a chunk is at most one socket read);
     a stream left unread is closed, not drained, and its connection is not reused."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
+    return await _read_capped(response.headers.get("content-encoding", ""), response.aiter_raw(), limit)
+
+
+async def read_capped_response(response: httpcore.Response, limit: int) -> tuple[bytes, bool]:
+    """``read_capped`` for a response of the connection pool itself (``pool_of``)."""
+    return await _read_capped(
+        header_value(response.headers, b"content-encoding").decode("latin-1"), response.aiter_stream(), limit
+    )
+
+
+def header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+    """Header ``name`` (lower case) of a raw header list, b"" when absent; repeated, its values
+    joined with ", " as httpx does (a second Content-Encoding must not hide behind a first)."""
+    values = [value for key, value in headers if key.lower() == name]
+    return values[0] if len(values) == 1 else b", ".join(values)
+
+
+async def _read_capped(content_encoding: str, chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
+    encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):
         raise EncodedBody(encoding)
-    chunks: list[bytes] = []
+    parts: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_raw():
-        chunks.append(chunk)
+    async for chunk in chunks:
+        parts.append(chunk)
         size += len(chunk)
         if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
+            return b"".join(parts)[:limit], False
+    return b"".join(parts), True
