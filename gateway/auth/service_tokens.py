@@ -88,7 +88,7 @@ class ServiceTokenSigner:
 
     def _signature(self, signing_input: bytes) -> bytes:
         if isinstance(self._key, ec.EllipticCurvePrivateKey):
-            r, s = decode_dss_signature(self._key.sign(signing_input, ec.ECDSA(hashes.SHA256())))
+            r, s = decode_dss_signature(self._key.sign(signing_input, _ECDSA_SHA256))
             return r.to_bytes(32, "big") + s.to_bytes(32, "big")  # JWS (RFC 7518 3.4): R || S, not DER
         return self._key.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
 
@@ -99,6 +99,7 @@ class ServiceTokenSigner:
 
 
 _encode_json = msgspec.json.Encoder().encode
+_ECDSA_SHA256 = ec.ECDSA(hashes.SHA256())
 
 
 def _b64(data: bytes) -> bytes:

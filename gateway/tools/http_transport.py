@@ -240,6 +240,10 @@ class ServiceConnection(httpcore.AsyncHTTP11Connection):
     def __init__(self, *, origin: httpcore.Origin, stream: AsyncioStream, keepalive_expiry: float | None) -> None:
         super().__init__(origin=origin, stream=stream, keepalive_expiry=keepalive_expiry)
         self._stream = stream
+        # httpcore's lock is anyio's, which yields to the event loop on every acquisition, even
+        # uncontended: two extra loop turns per request. The pool gives a connection to one
+        # request at a time, so asyncio's lock (no turn when free) keeps the same guarantee.
+        self._state_lock = asyncio.Lock()  # type: ignore[assignment]
 
     def reusable(self) -> bool:
         """The last exchange is complete (request sent before any answer arrived, response read
@@ -296,12 +300,10 @@ class ServicePool:
             if connection is not None:
                 await connection.aclose()
             raise
-        return httpcore.Response(
-            status=response.status,
-            headers=response.headers,
-            content=_ReleasingStream(response.stream, self, connection, key),
-            extensions=response.extensions,
-        )
+        # The response as httpcore made it (building another one re-checks its headers), its
+        # body handing the connection back when closed.
+        response.stream = _ReleasingStream(response.stream, self, connection, key)
+        return response
 
     async def _take_idle(self, key: _Key) -> ServiceConnection | None:
         idle = self._idle.get(key)
@@ -368,9 +370,8 @@ class _ReleasingStream:
         self._key = key
         self._released = False
 
-    async def __aiter__(self) -> Any:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return cast(AsyncIterator[bytes], self._stream.__aiter__())
 
     async def aclose(self) -> None:
         if self._released:
