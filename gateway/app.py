@@ -119,20 +119,21 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = Database.from_settings(settings)
+        transport = service_transport(
+            limits=httpx.Limits(
+                max_connections=settings.http.max_connections,
+                max_keepalive_connections=settings.http.max_keepalive_connections,
+            ),
+        )
         http = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.tools.timeout_s, connect=settings.http.connect_timeout_s),
-            transport=service_transport(
-                limits=httpx.Limits(
-                    max_connections=settings.http.max_connections,
-                    max_keepalive_connections=settings.http.max_keepalive_connections,
-                ),
-            ),
+            transport=transport,
             follow_redirects=False,
             # The client is shared by every caller: a cookie one service sets for one user
             # must never ride along on another user's call.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
-        service_calls.attach(http)
+        service_calls.attach(http, transport)
         jwks = (
             JwksCache(settings.jwks.url, http, cache_s=settings.jwks.cache_s, timeout_s=settings.jwks.timeout_s)
             if settings.jwks.url

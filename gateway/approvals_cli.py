@@ -193,12 +193,13 @@ class _ServiceTools:
             )
         for tool in http_tools:
             registry.register(tool)
+        transport = service_transport(limits=httpx.Limits(max_connections=4, max_keepalive_connections=0))
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.tools.timeout_s, connect=settings.http.connect_timeout_s),
-            transport=service_transport(limits=httpx.Limits(max_connections=4, max_keepalive_connections=0)),
+            transport=transport,
             follow_redirects=False,
         )
-        self._calls.attach(self._http)
+        self._calls.attach(self._http, transport)
         return registry
 
     async def __aexit__(self, *exc: object) -> None:

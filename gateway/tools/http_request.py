@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import httpcore
 import httpx
 import msgspec
 
@@ -68,19 +69,43 @@ class ServiceEndpoint:
             port = parts.port
         except ValueError:
             raise RequestTemplateError(f"base URL {base_url!r} has an invalid port") from None
+        if port == _DEFAULT_PORTS[parts.scheme]:
+            port = None  # as httpx writes it: "http://host:80" is "http://host"
         base_path = parts.path.rstrip("/")
         _check_literal_path(base_path, f"base URL {base_url!r}")
         return cls(name=name, scheme=parts.scheme, host=host.lower(), port=port, base_path=base_path,
                    audience=audience or name)
 
     def url(self, raw_path: str, raw_query: str) -> httpx.URL:
-        target = self.base_path + raw_path + (f"?{raw_query}" if raw_query else "")
-        url = httpx.URL(scheme=self.scheme, host=self.host, port=self.port, raw_path=target.encode("ascii"))
+        url = httpx.URL(scheme=self.scheme, host=self.host, port=self.port, raw_path=self._target(raw_path, raw_query))
         # Holds by construction; checked anyway, because a wrong host here is the one mistake
         # this module exists to make impossible.
         if url.scheme != self.scheme or url.host != self.host or url.port != self.port:
             raise RuntimeError("built a URL outside its service")
         return url
+
+
+    def request_url(self, raw_path: str, raw_query: str) -> httpcore.URL:
+        """``url`` as the connection pool takes it: host and port are this service's own
+        fields, the request target only a path and a query (it starts with '/')."""
+        return httpcore.URL(
+            scheme=self.scheme.encode("ascii"),
+            host=self.host.encode("ascii"),
+            port=self.port,
+            target=self._target(raw_path, raw_query),
+        )
+
+    @property
+    def host_header(self) -> bytes:
+        """The ``Host`` header of a request to this service (the port when not the scheme's)."""
+        default = self.port is None or self.port == _DEFAULT_PORTS[self.scheme]
+        return (self.host if default else f"{self.host}:{self.port}").encode("ascii")
+
+    def _target(self, raw_path: str, raw_query: str) -> bytes:
+        return (self.base_path + raw_path + (f"?{raw_query}" if raw_query else "")).encode("ascii")
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _check_literal_path(path: str, what: str) -> None:
@@ -239,6 +264,12 @@ class RequestTemplate:
 
     def build(self, service: ServiceEndpoint, arguments: Mapping[str, Any]) -> tuple[httpx.URL, bytes | None]:
         return service.url(self.raw_path(arguments), self.raw_query(arguments)), self.json_body(arguments)
+
+    def build_request_url(
+        self, service: ServiceEndpoint, arguments: Mapping[str, Any]
+    ) -> tuple[httpcore.URL, bytes | None]:
+        """``build`` for the connection pool (``ServiceEndpoint.request_url``)."""
+        return service.request_url(self.raw_path(arguments), self.raw_query(arguments)), self.json_body(arguments)
 
 
 def _path_value(value: Any) -> str:

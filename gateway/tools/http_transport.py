@@ -29,7 +29,8 @@ import asyncio
 import select
 import socket
 import ssl
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, cast
 
 import httpcore
 import httpx
@@ -239,6 +240,10 @@ class ServiceConnection(httpcore.AsyncHTTP11Connection):
     def __init__(self, *, origin: httpcore.Origin, stream: AsyncioStream, keepalive_expiry: float | None) -> None:
         super().__init__(origin=origin, stream=stream, keepalive_expiry=keepalive_expiry)
         self._stream = stream
+        # httpcore's lock is anyio's, which yields to the event loop on every acquisition, even
+        # uncontended: two extra loop turns per request. The pool gives a connection to one
+        # request at a time, so asyncio's lock (no turn when free) keeps the same guarantee.
+        self._state_lock = asyncio.Lock()  # type: ignore[assignment]
 
     def reusable(self) -> bool:
         """The last exchange is complete (request sent before any answer arrived, response read
@@ -295,12 +300,10 @@ class ServicePool:
             if connection is not None:
                 await connection.aclose()
             raise
-        return httpcore.Response(
-            status=response.status,
-            headers=response.headers,
-            content=_ReleasingStream(response.stream, self, connection, key),
-            extensions=response.extensions,
-        )
+        # The response as httpcore made it (building another one re-checks its headers), its
+        # body handing the connection back when closed.
+        response.stream = _ReleasingStream(response.stream, self, connection, key)
+        return response
 
     async def _take_idle(self, key: _Key) -> ServiceConnection | None:
         idle = self._idle.get(key)
@@ -367,9 +370,8 @@ class _ReleasingStream:
         self._key = key
         self._released = False
 
-    async def __aiter__(self) -> Any:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return cast(AsyncIterator[bytes], self._stream.__aiter__())
 
     async def aclose(self) -> None:
         if self._released:
@@ -397,6 +399,18 @@ def service_transport(*, limits: httpx.Limits, ssl_context: ssl.SSLContext | Non
     return transport
 
 
+class RequestSender(Protocol):
+    """What sends an httpcore request: ``ServicePool``, or httpcore's own pool."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response: ...
+
+
+def pool_of(transport: httpx.AsyncHTTPTransport) -> RequestSender:
+    """The connection pool under an httpx transport (``ServicePool`` for ``service_transport``):
+    what HTTP tools send through, without httpx's request and response objects around it."""
+    return cast(RequestSender, transport._pool)  # noqa: SLF001 -- see service_transport
+
+
 IDENTITY = {"accept-encoding": "identity"}
 """Headers that ask for an uncompressed body; ``read_capped`` refuses any other."""
 
@@ -415,14 +429,32 @@ async def read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool
     Raises ``EncodedBody`` for a ``Content-Encoding`` other than identity, before reading.
     Reading stops at the first chunk past the limit (a chunk is at most one socket read);
     a stream left unread is closed, not drained, and its connection is not reused."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
+    return await _read_capped(response.headers.get("content-encoding", ""), response.aiter_raw(), limit)
+
+
+async def read_capped_response(response: httpcore.Response, limit: int) -> tuple[bytes, bool]:
+    """``read_capped`` for a response of the connection pool itself (``pool_of``)."""
+    return await _read_capped(
+        header_value(response.headers, b"content-encoding").decode("latin-1"), response.aiter_stream(), limit
+    )
+
+
+def header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
+    """Header ``name`` (lower case) of a raw header list, b"" when absent; repeated, its values
+    joined with ", " as httpx does (a second Content-Encoding must not hide behind a first)."""
+    values = [value for key, value in headers if key.lower() == name]
+    return values[0] if len(values) == 1 else b", ".join(values)
+
+
+async def _read_capped(content_encoding: str, chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
+    encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):
         raise EncodedBody(encoding)
-    chunks: list[bytes] = []
+    parts: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_raw():
-        chunks.append(chunk)
+    async for chunk in chunks:
+        parts.append(chunk)
         size += len(chunk)
         if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
+            return b"".join(parts)[:limit], False
+    return b"".join(parts), True

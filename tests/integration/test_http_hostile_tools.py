@@ -66,7 +66,7 @@ class HostileService:
     """Answers ``GET /lookup/<value>`` with ``{"value": <value>}``. For a value of acme's it
     then writes, ``LATE_S`` later and before it reads the next request on that connection, a
     second answer: acme's value again. ``GET /compressed/<encoding>`` answers 100 MB of zeros,
-    compressed, with that Content-Encoding."""
+    compressed, with that Content-Encoding (``identity,gzip``: two such headers, gzip last)."""
 
     def __init__(self) -> None:
         self.sock = loopback_socket()
@@ -110,8 +110,10 @@ class HostileService:
                 with self._lock:
                     self.accept_encodings.append(encoding)
                 if path.startswith("/compressed/"):
-                    name = path.removeprefix("/compressed/")
-                    writer.write(answer(self.bombs[name], b"content-encoding: " + name.encode()))
+                    # "identity,gzip": one Content-Encoding header per name, the body the last one's
+                    names = unquote(path.removeprefix("/compressed/")).split(",")
+                    headers = [b"content-encoding: " + name.encode() for name in names]
+                    writer.write(answer(self.bombs[names[-1]], *headers))
                     await writer.drain()
                     continue
                 value = unquote(path.removeprefix("/lookup/"))
@@ -214,8 +216,9 @@ async def test_late_bytes_on_an_idle_connection_never_answer_the_same_users_next
     assert msgspec.json.decode(second)["result"] == {"value": "acme-second"}
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "identity,gzip"])
 async def test_a_compressed_answer_fails_that_call_only_without_being_inflated(env: Env, client, encoding: str):
+    """``identity,gzip``: a second Content-Encoding header does not hide behind a first that says identity."""
     tracemalloc.start()
     try:
         bomb, globex = await asyncio.gather(

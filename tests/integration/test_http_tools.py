@@ -364,8 +364,9 @@ async def test_retried_execution_of_an_approved_call_applies_once(env: HttpEnv, 
         db=None,  # type: ignore[arg-type]  # an HTTP tool never touches the gateway's database
         idempotency_key=idempotency_key_for(approval_id),
     )
-    async with httpx.AsyncClient(timeout=10) as client:
-        calls.attach(client)
+    transport = httpx.AsyncHTTPTransport()
+    async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+        calls.attach(client, transport)
         again = await tool.handler(ctx, tool.arguments.decode(arguments).value)
     assert env.service.applied_changes == changes
     assert msgspec.json.decode(again) == decided["outcome"]["result"]

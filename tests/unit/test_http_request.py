@@ -146,8 +146,13 @@ def test_no_value_changes_scheme_host_port_or_path_shape(item_id: str, q: str, p
     if item_id in ("", ".", ".."):
         with pytest.raises(ArgumentsInvalid):
             ITEM.build(SERVICE, arguments)
+        with pytest.raises(ArgumentsInvalid):
+            ITEM.build_request_url(SERVICE, arguments)
         return
     url, body = ITEM.build(SERVICE, arguments)
+    # What the connection pool is given (HTTP tools): the same origin and the same target.
+    sent, _ = ITEM.build_request_url(SERVICE, arguments)
+    assert (sent.scheme, sent.host, sent.port, sent.target) == (b"http", b"orders.internal", 8080, url.raw_path)
     assert (url.scheme, url.host, url.port) == ("http", "orders.internal", 8080)
     assert url.userinfo == b"" and url.fragment == ""
     path, _, query = url.raw_path.decode("ascii").partition("?")
@@ -167,3 +172,14 @@ def test_absolute_urls_and_authorities_in_arguments_stay_inside_the_path(value: 
     url, _ = ITEM.build(SERVICE, {"item_id": value, "part": 1})
     assert url.host == "orders.internal" and url.port == 8080
     assert url.raw_path.startswith(b"/api/v1/items/")
+
+
+@pytest.mark.parametrize(
+    ("base_url", "host"),
+    [("http://orders.internal:8080/api", b"orders.internal:8080"), ("http://orders.internal/api", b"orders.internal"),
+     ("http://Orders.Internal:80", b"orders.internal"), ("https://orders.internal:443", b"orders.internal"),
+     ("https://orders.internal:8443", b"orders.internal:8443")],
+)
+def test_the_host_header_names_the_service_and_its_port_unless_the_schemes(base_url: str, host: bytes):
+    service = ServiceEndpoint.parse("orders", base_url)
+    assert service.host_header == host == service.url("/", "").netloc
