@@ -281,9 +281,9 @@ class HttpToolHandler:
             log.info("service_call_refused", **self._log_fields, status=status, outcome=code.value,
                      response_excerpt=excerpt, duration_ms=elapsed_ms(started))
             message = self._errors.message(data) or ERRORS[code].message
-            retry_after = header_value(headers, b"retry-after").decode("latin-1")
-            if code is ErrorCode.RATE_LIMITED and retry_after.isdigit():
-                message = f"{message} Retry after {int(retry_after)} s."
+            retry_after = _RETRY_AFTER_SECONDS.fullmatch(header_value(headers, b"retry-after"))
+            if code is ErrorCode.RATE_LIMITED and retry_after is not None:
+                message = f"{message} Retry after {int(retry_after[0])} s."
             return ToolError(code, message)
         error_id = new_error_id()
         log.warning("service_call_failed", **self._log_fields, status=status, error_id=error_id,
@@ -293,6 +293,11 @@ class HttpToolHandler:
                              error_id=error_id)
         return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service answered in a way this tool does not expect.",
                          retryable=False, error_id=error_id)
+
+
+_RETRY_AFTER_SECONDS = re.compile(rb"[0-9]{1,6}")
+"""A service's ``Retry-After`` worth repeating to the model: ASCII digits, at most about 11
+days (``str.isdigit`` also takes superscripts, which ``int`` refuses, and any length)."""
 
 
 def call_idempotency_key(ctx: ToolContext) -> str:
