@@ -5,11 +5,11 @@ tool (and that writes no audit row) ``synchronous_commit = off`` for its own tra
 the call's answer waits for the recording statement, which commits durably and, WAL being
 written in order, makes the claim durable with it.
 
-Applied from its file. Downgrade leaves it: a caller of 0012 sends no ``read_only`` flag,
+Applied from its file. Downgrade leaves it: a caller of 0013 sends no ``read_only`` flag,
 and without it every statement commits durably, as before.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from gateway.db.sqlfiles import apply_sql_file
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -30,4 +30,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Nothing to undo: the function of 0013 answers 0012's callers unchanged."""
+    """Nothing to undo: the function of 0014 answers 0013's callers unchanged."""
