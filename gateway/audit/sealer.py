@@ -6,9 +6,10 @@ hash), never by an UPDATE of the wide row (that UPDATE cost about 60 µs of serv
 row under load, and left a dead row version behind every audit row).
 
 Which rows are not sealed yet: every audit row carries the id of the transaction that
-inserted it (``txid``, ``pg_current_xact_id()``). Every transaction below
-``pg_snapshot_xmin(pg_current_snapshot())`` has finished, so no row with a ``txid`` below it
-can appear any more. The sealer seals, in ``(txid, id)`` order, the rows above its stored
+inserted it (``txid``, ``pg_current_xact_id()``). Below the horizon (``horizon``: the oldest
+transaction of this database still running, from ``pg_current_snapshot()``) every
+transaction that could write audit rows has finished, so no row with a ``txid`` below it can
+appear any more. The sealer seals, in ``(txid, id)`` order, the rows above its stored
 watermark (``audit_seal_state``: the ``(txid, id)`` of the last row it sealed) and below that
 horizon, a batch at a time, and moves the watermark to the last row it sealed. Nothing is
 skipped (a row below the horizon is final when it is read, and the watermark only passes rows
@@ -101,9 +102,29 @@ async def chain_state(conn: AsyncConnection, tenant_id: str) -> ChainState:
     return ChainState(head_seq=row.head_seq, head_hash=row.head_hash, exists=True)
 
 
-HORIZON = sa.cast(sa.cast(sa.func.pg_snapshot_xmin(sa.func.pg_current_snapshot()), sa.Text), sa.BigInteger)
-"""The oldest transaction id still running (or the next one): every row with a ``txid``
-below it is final."""
+_HORIZON = sa.text(
+    """
+    WITH s AS (SELECT pg_current_snapshot() AS snap)
+    SELECT coalesce(
+        (SELECT min(x.xid::text::bigint) FROM s, pg_snapshot_xip(s.snap) AS x(xid)
+          WHERE NOT EXISTS (
+                SELECT 1 FROM pg_stat_activity a
+                 WHERE a.datname IS NOT NULL AND a.datname <> current_database()
+                   AND a.backend_xid::text = (x.xid::text::bigint % 4294967296)::text)),
+        (SELECT pg_snapshot_xmax(s.snap)::text::bigint FROM s))
+    """
+)
+
+
+async def horizon(conn: AsyncConnection) -> int:
+    """A transaction id below which every transaction that may have written audit rows in this
+    database has finished: the oldest one still running, of the current snapshot's, that is
+    not known to be another database's (a server's horizon, ``pg_snapshot_xmin``, would let a
+    long transaction in any other database on the server hold the sealing back). A running
+    transaction it cannot place (a prepared one, a backend it may not see) counts as this
+    database's. Every row with a ``txid`` below it is final: committed and visible to any
+    later snapshot, or gone."""
+    return int(await conn.scalar(_HORIZON))
 
 
 async def watermark(conn: AsyncConnection) -> tuple[int, int]:
@@ -131,11 +152,11 @@ async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> int:
     """Seal up to ``batch_size`` rows after the watermark, of finished transactions only; the
     caller holds the turn."""
     mark = await watermark(conn)
-    horizon = int(await conn.scalar(sa.select(HORIZON)))
+    below = await horizon(conn)
     rows = (
         await conn.execute(
             sa.select(*CANONICAL_COLUMNS, audit_events.c.txid)
-            .where(above_watermark(mark), audit_events.c.txid < horizon)
+            .where(above_watermark(mark), audit_events.c.txid < below)
             .order_by(audit_events.c.txid, audit_events.c.id)
             .limit(batch_size)
         )
@@ -278,10 +299,9 @@ class AuditSealer:
         """A cheap read first, so an idle round takes no turn."""
         async with self._db.connect() as conn:
             mark = await watermark(conn)
+            below = await horizon(conn)
             found = await conn.scalar(
-                sa.select(audit_events.c.id)
-                .where(above_watermark(mark), audit_events.c.txid < HORIZON)
-                .limit(1)
+                sa.select(audit_events.c.id).where(above_watermark(mark), audit_events.c.txid < below).limit(1)
             )
         return found is not None
 

@@ -349,6 +349,25 @@ async def test_a_row_of_a_transaction_open_while_the_sealer_runs_is_sealed_after
 
 
 @pytest.mark.postgres
+async def test_a_transaction_open_in_another_database_does_not_hold_the_sealing_back(pg_url, empty_pg_url):
+    import asyncpg
+
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    other = await asyncpg.connect(empty_pg_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        async with other.transaction():
+            await other.fetchval("SELECT pg_current_xact_id()")  # holds an id, like a long write
+            await _insert(db, [_row(n=1)])
+            assert await AuditSealer(db).seal_pending() == 1
+        report = await _verify(db)
+        assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 1, 0)
+    finally:
+        await other.close()
+        await db.dispose()
+
+
+@pytest.mark.postgres
 async def test_concurrent_sealers_seal_every_row_exactly_once(pg_url):
     """Sealers racing without the turn (as if the lock were lost): the watermark, the heads and
     the links' keys let one win each batch; every row ends up sealed once."""
