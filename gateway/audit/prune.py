@@ -57,12 +57,18 @@ SEAL_BATCH = 1000
 ATTEMPTS = 3
 
 
+MAX_AGE = timedelta(days=100 * 366)
+
+
 def parse_age(text: str) -> timedelta:
-    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``; at most a hundred years."""
     match = _DURATION.match(text)
-    if match is None or int(match.group(1)) < 1:
-        raise ValueError(f"{text!r} is not an age like 90d, 12h, 30m or 2w")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    if match is None or len(match.group(1)) > 12 or int(match.group(1)) < 1:
+        raise ValueError(f"{text[:40]!r} is not an age like 90d, 12h, 30m or 2w")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_AGE.total_seconds():
+        raise ValueError(f"{text[:40]!r} is longer than a hundred years")
+    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)

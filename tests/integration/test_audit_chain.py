@@ -309,7 +309,7 @@ async def test_the_chain_verifies_across_three_months_and_the_default_partition(
 def test_ages_parse_and_nonsense_is_refused():
     assert parse_age("90d") == timedelta(days=90)
     assert parse_age("12h") == timedelta(hours=12)
-    for bad in ("90", "d", "-1d", "0d", "1y"):
+    for bad in ("90", "d", "-1d", "0d", "1y", "36601d", "9" * 400 + "d", "9" * 5000):
         with pytest.raises(ValueError):
             parse_age(bad)
 
@@ -586,3 +586,31 @@ async def test_an_anchor_at_the_pruned_boundary_still_verifies_and_one_pruned_pa
         assert "was pruned" in gone.describe()
     finally:
         await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_cli_prune_drops_old_months_for_every_tenant_and_refuses_a_tenant_option(pg_url):
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    try:
+        old = months_ago(5)
+        await _insert(db, [_row("acme", n=0, created_at=old), _row("globex", n=1, created_at=old), _row(n=2)])
+    finally:
+        await db.dispose()
+
+    one_tenant = run_cli(pg_url, "audit", "prune", "--older-than", "90d", "--tenant", "acme")
+    assert one_tenant.returncode == 2 and "--tenant" in one_tenant.stderr
+    for bad in ("90", "-1d", "1y", "9" * 400 + "d"):
+        refused = run_cli(pg_url, "audit", "prune", "--older-than", bad)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+
+    pruned = run_cli(pg_url, "audit", "prune", "--older-than", "90d")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "tenant acme: removed 1 row(s); the chain now starts after position 1" in pruned.stdout
+    assert "tenant globex: removed 1 row(s); the chain now starts after position 1" in pruned.stdout
+    assert f"dropped 1 month(s): audit_events_p{old:%Y_%m}" in pruned.stdout
+
+    again = run_cli(pg_url, "audit", "prune", "--older-than", "90d")
+    assert again.returncode == 0 and "nothing to prune" in again.stdout
+    ok = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+    assert ok.returncode == 0 and "OK, 2 sealed row(s) verified (chain positions 2..3)" in ok.stdout, ok.stdout  # the prune sealed the first prune's row
