@@ -178,9 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     anchor.add_argument("--tenant", required=True)
     anchor.add_argument("--out", metavar="FILE", help="write the anchor to FILE (default: print it)")
-    prune = audit_commands.add_parser("prune", help="remove old sealed rows, keeping the chain verifiable")
+    prune = audit_commands.add_parser(
+        "prune", help="drop the months of audit rows older than AGE (all tenants), keeping the chains verifiable"
+    )
     prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12h, 2w")
-    prune.add_argument("--tenant", help="only this tenant (default: all)")
     audit.set_defaults(handler=cmd_audit)
     from gateway.webhooks.operator import add_parser as add_webhooks_parser
 
@@ -420,7 +421,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 age = parse_age(args.older_than)
             except ValueError as exc:
                 raise operator.OperatorError(str(exc)) from None
-            print(_operate(settings, lambda db: operator.prune_older_than(db, age, args.tenant)))
+            print(_operate(settings, lambda db: operator.prune_older_than(db, age)))
     except operator.OperatorError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1

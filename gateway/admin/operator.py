@@ -8,7 +8,7 @@
     gateway audit seal
     gateway audit verify --tenant T [--anchor FILE]
     gateway audit anchor --tenant T [--out FILE]
-    gateway audit prune --older-than 90d [--tenant T]
+    gateway audit prune --older-than 90d
 
 Changes to a tenant are audited in its own chain (user ``operator:cli``). A disabled
 tenant's tokens get ``403 TENANT_DISABLED``, and a tenant's agent-loop settings apply, on
@@ -199,11 +199,16 @@ async def anchor(
     return token, report
 
 
-async def prune_older_than(db: Database, age: timedelta, tenant_id: str | None) -> str:
-    results = await prune(db, older_than=age, tenant_id=tenant_id)
-    if not results:
-        return "nothing to prune: no sealed audit rows"
-    return "\n".join(
+async def prune_older_than(db: Database, age: timedelta) -> str:
+    pruned = await prune(db, older_than=age)
+    lines = [
         f"tenant {r.tenant_id}: removed {r.removed_rows} row(s); the chain now starts after position {r.anchor_seq}"
-        for r in results
-    )
+        for r in pruned.tenants
+    ]
+    if pruned.months:
+        lines.append(f"dropped {len(pruned.months)} month(s): {', '.join(pruned.months)}")
+    else:
+        lines.append("nothing to prune: no month of audit rows is older than that")
+    if pruned.kept_unsealed is not None:
+        lines.append(f"kept {pruned.kept_unsealed} and later months: a row of it is not sealed yet")
+    return "\n".join(lines)

@@ -13,7 +13,8 @@ Defined here once, in Python, for the sealer and ``audit verify`` alike:
 
 Changing any covered column changes the content hash; deleting, inserting or reordering
 sealed rows breaks the link of the row after; cutting the tail is caught by the chain
-head the sealer stores in ``audit_chains``.
+head the sealer stores in ``audit_chains``. A sealed row's chain columns live in its link
+(``audit_links``, one row per sealed audit row); the audit row itself is never changed.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any
 
 import msgspec
 
-from gateway.db.models import AuditEvent
+from gateway.db.models import AuditEvent, AuditLink
 
 audit_events = AuditEvent.__table__
+audit_links = AuditLink.__table__
 
 CANONICAL_FIELDS: tuple[str, ...] = (
     "id",
@@ -46,9 +48,14 @@ CANONICAL_FIELDS: tuple[str, ...] = (
     "detail",
     "created_at",
 )
-"""Every column of ``audit_events`` except the chain's own (a test keeps this complete)."""
+"""Every column of ``audit_events`` except ``txid`` (a test keeps this complete)."""
+
+WRITE_ORDER_FIELDS: tuple[str, ...] = ("txid",)
+"""The columns of ``audit_events`` that say when a row was written, not what happened: the
+sealer's order, not hashed (a copy of the table may give its rows new ones)."""
 
 CHAIN_FIELDS: tuple[str, ...] = ("chain_seq", "content_hash", "prev_hash", "chain_hash")
+"""The chain's columns of a row's link (``audit_links``)."""
 
 CANONICAL_COLUMNS = tuple(audit_events.c[name] for name in CANONICAL_FIELDS)
 

@@ -1,13 +1,39 @@
-"""``gateway audit prune --older-than 90d``: retention that keeps the chain verifiable.
+"""``gateway audit prune --older-than 90d``: retention by whole months, keeping every chain
+verifiable.
 
-Only a prefix of a tenant's sealed chain is removed: every row up to the last position
-before the first sealed row that is still young enough to keep (so no row newer than the
-cut-off is ever removed, and no hole is made in the chain). The chain hash of the last
-removed row becomes the tenant's anchor in ``audit_chains``: ``audit verify`` starts from
-it. Rows not sealed yet are never pruned (they are sealed and pruned in a later run).
-The prune itself is audited in the tenant's chain, and it takes the sealers' lock so that
-no batch is sealed meanwhile. The database deletes only rows behind the anchor (a trigger,
-migration 0008): the anchor moves first.
+``audit_events`` is partitioned by UTC month of ``created_at``; retention drops the partition
+of every month that ended at or before the cut-off (``now - older_than``), never deletes a row.
+So a row is kept until its whole month is older than the cut-off: up to a month longer than
+asked, never shorter. The months are shared by all tenants: a prune is for every tenant.
+
+In one transaction, holding the sealers' turn (no batch is sealed meanwhile):
+
+1. the partitions are made ahead (rows in the default partition move into their month);
+2. every row of a finished transaction is sealed (``seal_batch``), so that a month is not
+   kept back by the sealer's lag;
+3. a month with a row still not sealed (its transaction was running; it is above the
+   watermark) is kept, and so is every later month: only the oldest months go;
+4. per tenant, the anchor in ``audit_chains`` moves to the highest chain position of the
+   tenant's rows in those months, its hash the chain hash there; the links of those rows
+   (``audit_links``) are deleted, which the database allows only behind the anchor; the
+   prune is audited in each tenant's chain;
+5. ``audit_events`` is locked (ACCESS EXCLUSIVE: running inserts finish first, new ones wait
+   until the commit; ``lock_timeout`` 5 s) and the months are checked again for rows written
+   since step 3; if one was, the whole prune rolls back and is tried again (up to three
+   times), else the partitions are dropped.
+
+Rows sealed out of ``created_at`` order near a month boundary: the chain's order is the order
+of sealing, and a row's ``created_at`` is the time its request was given, so a row of the
+next month (kept) may have been sealed before a row of the dropped month. The anchor moves
+past every dropped row, so such a kept row ends up behind the anchor: it stays in the table
+with its link (its chain columns still show in the API and exports), but ``audit verify``,
+which checks the chain from the anchor on, no longer re-hashes it; the anchor vouches for it.
+Its link goes with its own month.
+
+The link table is not partitioned: its primary key ``(tenant_id, chain_seq)`` is what makes a
+chain position unique, and a partitioned table can enforce uniqueness only with the partition
+key in it. Deleting the links of the dropped months is one range of narrow rows per tenant,
+cheap next to deleting the wide audit rows (which the drop spares).
 """
 
 from __future__ import annotations
@@ -19,21 +45,30 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.audit.chain import audit_events
+from gateway.audit.chain import audit_events, audit_links
 from gateway.audit.rows import AuditRow, append_audit
-from gateway.audit.sealer import audit_chains, take_turn
+from gateway.audit.sealer import above_watermark, audit_chains, ensure_partitions, seal_batch, take_turn, watermark
 from gateway.db.engine import Database
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_MONTH = re.compile(r"^audit_events_p(\d{4,})_(\d{2})$")
+SEAL_BATCH = 1000
+ATTEMPTS = 3
+
+
+MAX_AGE = timedelta(days=100 * 366)
 
 
 def parse_age(text: str) -> timedelta:
-    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``."""
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w``; at most a hundred years."""
     match = _DURATION.match(text)
-    if match is None or int(match.group(1)) < 1:
-        raise ValueError(f"{text!r} is not an age like 90d, 12h, 30m or 2w")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    if match is None or len(match.group(1)) > 12 or int(match.group(1)) < 1:
+        raise ValueError(f"{text[:40]!r} is not an age like 90d, 12h, 30m or 2w")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_AGE.total_seconds():
+        raise ValueError(f"{text[:40]!r} is longer than a hundred years")
+    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,57 +78,134 @@ class PruneResult:
     anchor_seq: int
 
 
-async def prune_tenant(conn: AsyncConnection, *, tenant_id: str, cutoff: datetime, now: datetime) -> PruneResult:
-    chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).first()
-    if chain is None:
-        return PruneResult(tenant_id, 0, 0)
-    sealed = sa.and_(audit_events.c.tenant_id == tenant_id, audit_events.c.chain_seq.is_not(None))
-    first_kept = await conn.scalar(
-        sa.select(sa.func.min(audit_events.c.chain_seq)).where(sealed, audit_events.c.created_at >= cutoff)
-    )
-    cut = (first_kept - 1) if first_kept is not None else chain.head_seq
-    if cut <= chain.anchor_seq:
-        return PruneResult(tenant_id, 0, chain.anchor_seq)
-    anchor_hash = await conn.scalar(
-        sa.select(audit_events.c.chain_hash).where(sealed, audit_events.c.chain_seq == cut)
-    )
-    if anchor_hash is None:
-        raise RuntimeError(f"the chain of {tenant_id!r} has no row at position {cut}; run `gateway audit verify`")
-    behind_anchor = sa.and_(sealed, audit_events.c.chain_seq <= cut)
-    # The anchor moves first: the database deletes only rows already behind their tenant's
-    # anchor (migration 0008), so no row leaves the chain without the anchor vouching for it.
-    await conn.execute(
-        sa.update(audit_chains)
-        .where(audit_chains.c.tenant_id == tenant_id)
-        .values(
-            anchor_seq=cut,
-            anchor_hash=anchor_hash,
-            pruned_rows=audit_chains.c.pruned_rows
-            + sa.select(sa.func.count()).where(behind_anchor).scalar_subquery(),
-            updated_at=now,
+@dataclass(frozen=True, slots=True)
+class Month:
+    partition: str
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    months: tuple[str, ...]
+    """The partitions dropped, oldest first."""
+    tenants: tuple[PruneResult, ...]
+    """Each tenant that had rows in them."""
+    kept_unsealed: str | None = None
+    """The first month old enough to drop but kept for a row not sealed yet."""
+
+
+class PruneRaced(Exception):
+    """A row was written into a month being dropped after it was checked."""
+
+
+def _next_month(start: datetime) -> datetime:
+    return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+
+
+async def months(conn: AsyncConnection) -> list[Month]:
+    """The monthly partitions of ``audit_events``, oldest first."""
+    names = (
+        await conn.execute(
+            sa.text(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = 'audit_events'::regclass"
+            )
         )
-    )
-    removed = await conn.execute(sa.delete(audit_events).where(behind_anchor))
-    await append_audit(
-        conn,
-        AuditRow(
-            tenant_id=tenant_id,
-            kind="audit_prune",
-            outcome="OK",
-            created_at=now,
-            detail={"removed_rows": removed.rowcount, "through_chain_seq": cut, "older_than": cutoff.isoformat()},
-        ),
-    )
-    return PruneResult(tenant_id, removed.rowcount, cut)
+    ).scalars()
+    found = []
+    for name in names:
+        match = _MONTH.match(name)
+        if match:
+            start = datetime(int(match.group(1)), int(match.group(2)), 1, tzinfo=UTC)
+            found.append(Month(name, start, _next_month(start)))
+    return sorted(found, key=lambda m: m.start)
 
 
-async def prune(db: Database, *, older_than: timedelta, tenant_id: str | None = None) -> list[PruneResult]:
-    now = datetime.now(UTC)
+async def _unsealed_in(conn: AsyncConnection, month: Month, mark: tuple[int, int]) -> bool:
+    found = await conn.scalar(
+        sa.select(audit_events.c.id)
+        .where(audit_events.c.created_at >= month.start, audit_events.c.created_at < month.end, above_watermark(mark))
+        .limit(1)
+    )
+    return found is not None
+
+
+async def _prune_once(conn: AsyncConnection, *, cutoff: datetime, now: datetime) -> Pruned:
+    await take_turn(conn, wait=True)
+    await ensure_partitions(conn)
+    while await seal_batch(conn, batch_size=SEAL_BATCH) == SEAL_BATCH:
+        pass
+    mark = await watermark(conn)
+    dropping: list[Month] = []
+    kept_unsealed = None
+    for month in await months(conn):
+        if month.end > cutoff:
+            break
+        if await _unsealed_in(conn, month, mark):
+            kept_unsealed = month.partition
+            break
+        dropping.append(month)
+    if not dropping:
+        return Pruned((), (), kept_unsealed)
+    end = dropping[-1].end
+    link = audit_links.c
+    behind = (
+        await conn.execute(
+            sa.select(link.tenant_id, sa.func.max(link.chain_seq).label("cut"), sa.func.count().label("rows"))
+            .where(link.created_at < end)
+            .group_by(link.tenant_id)
+            .order_by(link.tenant_id)
+        )
+    ).all()
+    results = []
+    for tenant_id, cut, count in behind:
+        chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).one()
+        anchor_seq, anchor_hash = chain.anchor_seq, chain.anchor_hash
+        if cut > anchor_seq:
+            anchor_seq = cut
+            anchor_hash = await conn.scalar(
+                sa.select(link.chain_hash).where(link.tenant_id == tenant_id, link.chain_seq == cut)
+            )
+        # The anchor moves first: the database deletes only links already behind their
+        # tenant's anchor (migration 0013).
+        await conn.execute(
+            sa.update(audit_chains)
+            .where(audit_chains.c.tenant_id == tenant_id)
+            .values(anchor_seq=anchor_seq, anchor_hash=anchor_hash,
+                    pruned_rows=audit_chains.c.pruned_rows + count, updated_at=now)
+        )
+        await conn.execute(sa.delete(audit_links).where(link.tenant_id == tenant_id, link.created_at < end))
+        await append_audit(
+            conn,
+            AuditRow(
+                tenant_id=tenant_id, kind="audit_prune", outcome="OK", created_at=now,
+                detail={
+                    "removed_rows": count, "through_chain_seq": anchor_seq, "older_than": cutoff.isoformat(),
+                    "months": [m.start.strftime("%Y-%m") for m in dropping],
+                },
+            ),
+        )
+        results.append(PruneResult(tenant_id, count, anchor_seq))
+    await conn.execute(sa.text("SET LOCAL lock_timeout = '5s'"))
+    await conn.execute(sa.text("LOCK TABLE audit_events IN ACCESS EXCLUSIVE MODE"))
+    for month in dropping:
+        if await _unsealed_in(conn, month, mark):
+            raise PruneRaced(f"a row was written into {month.partition} while it was being pruned")
+    for month in dropping:
+        await conn.execute(sa.text(f'DROP TABLE "{month.partition}"'))
+    return Pruned(tuple(m.partition for m in dropping), tuple(results), kept_unsealed)
+
+
+async def prune(db: Database, *, older_than: timedelta, now: datetime | None = None) -> Pruned:
+    """Drop the months older than ``older_than`` (see the module's docstring)."""
+    now = now or datetime.now(UTC)
     cutoff = now - older_than
-    async with db.begin() as conn:
-        await take_turn(conn, wait=True)
-        if tenant_id is not None:
-            tenants = [tenant_id]
-        else:
-            tenants = list((await conn.execute(sa.select(audit_chains.c.tenant_id))).scalars())
-        return [await prune_tenant(conn, tenant_id=t, cutoff=cutoff, now=now) for t in sorted(tenants)]
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            async with db.begin() as conn:
+                return await _prune_once(conn, cutoff=cutoff, now=now)
+        except PruneRaced:
+            if attempt == ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")

@@ -1,4 +1,8 @@
-"""Tenant-scoped reads of the audit: filters and keyset pages (newest first)."""
+"""Tenant-scoped reads of the audit: filters and keyset pages (newest first).
+
+A row's chain columns come from its link (``audit_links``; ``null`` until it is sealed). A
+filter on time (``since``, ``until``) is on ``created_at``, the partition key: the query
+reads only the partitions of the months it spans."""
 
 from __future__ import annotations
 
@@ -9,14 +13,20 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.audit.chain import audit_events
+from gateway.audit.chain import CHAIN_FIELDS, audit_events, audit_links
 
 EXPORT_COLUMNS: tuple[str, ...] = (
     "id", "created_at", "kind", "user_id", "run_id", "tool_call_id", "tool", "arguments", "arguments_sha256",
     "outcome", "duration_ms", "approval_id", "request_id", "error_id", "detail",
     "chain_seq", "content_hash", "prev_hash", "chain_hash",
 )
-_columns = tuple(audit_events.c[name] for name in EXPORT_COLUMNS)
+_columns = tuple(
+    (audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name]) for name in EXPORT_COLUMNS
+)
+_with_links = audit_events.outerjoin(
+    audit_links,
+    sa.and_(audit_links.c.tenant_id == audit_events.c.tenant_id, audit_links.c.audit_id == audit_events.c.id),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +45,7 @@ class AuditFilters:
 def select_rows(tenant_id: str, filters: AuditFilters, *, before_id: int | None = None) -> sa.Select[Any]:
     """The tenant's rows matching ``filters``, newest (highest id) first."""
     c = audit_events.c
-    stmt = sa.select(*_columns).where(c.tenant_id == tenant_id)
+    stmt = sa.select(*_columns).select_from(_with_links).where(c.tenant_id == tenant_id)
     for column, value in (
         (c.user_id, filters.user),
         (c.tool, filters.tool),

@@ -8,8 +8,9 @@ it knows (``audit_json``: the batch's, the call's) and the function adds only wh
 database decided (kind, outcome, approval, detail). A test keeps the fields, the table's
 columns and the function's column list the same.
 
-Rows are only inserted: a trigger (migration 0008) refuses any other change, except the
-sealer linking a row into its chain and the prune removing a sealed prefix.
+Rows are only inserted: triggers (migration 0013) refuse every UPDATE and DELETE. The sealer
+links a row into its chain with a row of its own in ``audit_links``; retention drops whole
+months of rows (partitions), never deletes one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ audit_events = AuditEvent.__table__
 
 
 class AuditRow(msgspec.Struct, kw_only=True, frozen=True):
-    """One row of ``audit_events`` as written (the chain's columns are the sealer's)."""
+    """One row of ``audit_events`` as written (``id`` and ``txid`` are the database's)."""
 
     tenant_id: str
     kind: str

@@ -1,11 +1,12 @@
 """``gateway audit verify``: walk a tenant's chain and name the first broken row.
 
-Checks, for every sealed row in chain order (read in keyset chunks, never all at once):
-its position follows the previous one with no gap, its content still hashes to its
-``content_hash``, its ``prev_hash`` is the previous row's chain hash (the stored anchor
+Checks, for every link after the anchor in chain order (``audit_links``, read in keyset
+chunks joined to their audit rows, never all at once): its position follows the previous one
+with no gap, its audit row is there and its content still hashes to its ``content_hash``, its ``prev_hash`` is the previous row's chain hash (the stored anchor
 for the first kept row), and its ``chain_hash`` links the two. The last row must be the
-head the sealer stored. Rows not sealed yet are counted and reported with the age of the
-oldest, not judged.
+head the sealer stored. Rows not sealed yet (above the sealer's watermark) are counted and
+reported with the age of the oldest, not judged. A row's link carries its ``created_at``, so
+each lookup of a row touches only the partition of its month.
 
 With a signed anchor (``gateway/audit/anchor.py``) it also checks that the row at the
 anchor's position still has the chain hash the anchor signed: the stored head can be
@@ -23,8 +24,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.anchor import Anchor
-from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, content_hash, genesis_hash, link_hash
-from gateway.audit.sealer import audit_chains
+from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, audit_links, content_hash, genesis_hash, link_hash
+from gateway.audit.sealer import above_watermark, audit_chains, watermark
 
 CHUNK = 2000
 
@@ -84,11 +85,12 @@ class VerifyReport:
 
 async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor | None = None) -> VerifyReport:
     checked_at = datetime.now(UTC)
+    mark = await watermark(conn)
     unsealed_count, oldest_unsealed_at = (
         await conn.execute(
             sa.select(sa.func.count(), sa.func.min(audit_events.c.created_at))
             .select_from(audit_events)
-            .where(audit_events.c.tenant_id == tenant_id, audit_events.c.chain_seq.is_(None))
+            .where(audit_events.c.tenant_id == tenant_id, above_watermark(mark))
         )
     ).one()
     unsealed = int(unsealed_count or 0)
@@ -129,23 +131,29 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
     expected_seq, prev = anchor_seq + 1, anchor_hash
     verified = 0
     after: int | None = None
-    columns = (*CANONICAL_COLUMNS, audit_events.c.chain_seq, audit_events.c.content_hash,
-               audit_events.c.prev_hash, audit_events.c.chain_hash)
+    a, link = audit_events.c, audit_links.c
+    columns = (*CANONICAL_COLUMNS, link.audit_id, link.chain_seq, link.content_hash, link.prev_hash, link.chain_hash)
+    joined = audit_links.outerjoin(
+        audit_events, sa.and_(a.tenant_id == link.tenant_id, a.id == link.audit_id, a.created_at == link.created_at)
+    )
     while True:
-        stmt = sa.select(*columns).where(
-            audit_events.c.tenant_id == tenant_id, audit_events.c.chain_seq.is_not(None)
+        stmt = sa.select(*columns).select_from(joined).where(
+            link.tenant_id == tenant_id, link.chain_seq > (after if after is not None else anchor_seq)
         )
-        if after is not None:
-            stmt = stmt.where(audit_events.c.chain_seq > after)
-        rows = (await conn.execute(stmt.order_by(audit_events.c.chain_seq).limit(CHUNK))).all()
+        rows = (await conn.execute(stmt.order_by(link.chain_seq).limit(CHUNK))).all()
         for row in rows:
             if row.chain_seq != expected_seq:
-                reason = (
-                    f"expected chain position {expected_seq}, found {row.chain_seq} "
-                    "(rows before it are missing)" if row.chain_seq > expected_seq
-                    else f"chain position {row.chain_seq} precedes the anchor at {anchor_seq}"
+                reason = f"expected chain position {expected_seq}, found {row.chain_seq} (rows before it are missing)"
+                return broken(row.audit_id, row.chain_seq, reason, verified)
+            if row.id is None:
+                moved = await conn.scalar(
+                    sa.select(sa.func.count()).where(a.tenant_id == tenant_id, a.id == row.audit_id)
                 )
-                return broken(row.id, row.chain_seq, reason, verified)
+                reason = (
+                    "its content does not match its content hash" if moved
+                    else "its audit row is missing (the link is there, the row is not)"
+                )
+                return broken(row.audit_id, row.chain_seq, reason, verified)
             if content_hash(row) != row.content_hash:
                 return broken(row.id, row.chain_seq, "its content does not match its content hash", verified)
             if row.prev_hash != prev:

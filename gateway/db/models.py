@@ -213,30 +213,23 @@ class Article(Base):
 
 
 class AuditEvent(Base):
-    """Append-only, enforced by triggers (``gateway/db/sql/audit_append_only.sql``): only the
-    sealer fills in the chain columns of an unsealed row, only the prune deletes rows behind
-    the tenant's anchor. Written through ``gateway.audit.rows``."""
+    """Insert-only, enforced by triggers (``gateway/db/sql/audit_insert_only.sql``): every
+    UPDATE and DELETE is refused. Partitioned by RANGE of ``created_at``, one partition per
+    UTC month and a DEFAULT one (``gateway/db/sql/audit_partitions.sql``, migration 0013);
+    retention drops whole months. Written through ``gateway.audit.rows``; linked into its
+    tenant's chain by a row of ``audit_links``."""
 
     __tablename__ = "audit_events"
     __table_args__ = (
-        sa.Index(None, "tenant_id", "id"),
+        # The partition key is part of every unique constraint; lookups by id name the tenant.
+        sa.PrimaryKeyConstraint("tenant_id", "id", "created_at", name="pk_audit_events"),
         sa.Index(None, "tenant_id", "run_id"),
-        # The sealer's work list: only rows not yet linked into their tenant's chain.
-        sa.Index(
-            "ix_audit_events_unsealed",
-            "id",
-            postgresql_where=sa.text("chain_seq IS NULL"),
-        ),
-        sa.Index(
-            "uq_audit_events_tenant_id_chain_seq",
-            "tenant_id",
-            "chain_seq",
-            unique=True,
-            postgresql_where=sa.text("chain_seq IS NOT NULL"),
-        ),
+        # The sealer's work list: rows in the order their transactions were given ids.
+        sa.Index(None, "txid", "id"),
+        {"postgresql_partition_by": "RANGE (created_at)"},
     )
 
-    id: Mapped[int] = mapped_column(BigIntId, sa.Identity(), primary_key=True)
+    id: Mapped[int] = mapped_column(BigIntId, sa.Identity())
     tenant_id: Mapped[str] = mapped_column(sa.String(64))
     kind: Mapped[str] = mapped_column(sa.String(32))
     user_id: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
@@ -252,11 +245,41 @@ class AuditEvent(Base):
     error_id: Mapped[str | None] = mapped_column(sa.String(40), nullable=True)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JsonValue, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    # Filled in by the sealer (gateway.audit.sealer), never on the request path.
-    chain_seq: Mapped[int | None] = mapped_column(BigIntId, nullable=True)
-    content_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
-    prev_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
-    chain_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    # The inserting transaction's id (pg_current_xact_id() as a number): the sealer seals
+    # the rows of finished transactions in (txid, id) order (gateway.audit.sealer).
+    txid: Mapped[int] = mapped_column(
+        BigIntId, server_default=sa.text("(pg_current_xact_id())::text::bigint")
+    )
+
+
+class AuditLink(Base):
+    """A sealed row's place in its tenant's chain, written once by the sealer; deleted only
+    behind the tenant's anchor (by the prune, with the month of its row)."""
+
+    __tablename__ = "audit_links"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "audit_id"),)
+
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    chain_seq: Mapped[int] = mapped_column(BigIntId, primary_key=True)
+    audit_id: Mapped[int] = mapped_column(BigIntId)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    """The audited row's ``created_at`` (its partition key)."""
+    content_hash: Mapped[str] = mapped_column(sa.String(64))
+    prev_hash: Mapped[str] = mapped_column(sa.String(64))
+    chain_hash: Mapped[str] = mapped_column(sa.String(64))
+
+
+class AuditSealState(Base):
+    """The sealer's watermark (one row): every audit row at or below ``(txid, audit_id)`` is
+    sealed, none above it."""
+
+    __tablename__ = "audit_seal_state"
+    __table_args__ = (sa.CheckConstraint("id = 1", name="one_row"),)
+
+    id: Mapped[int] = mapped_column(sa.SmallInteger, primary_key=True)
+    txid: Mapped[int] = mapped_column(BigIntId)
+    audit_id: Mapped[int] = mapped_column(BigIntId)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
 class AuditChain(Base):

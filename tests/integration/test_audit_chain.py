@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -11,13 +12,21 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.audit.chain import CANONICAL_FIELDS, CHAIN_FIELDS, audit_events, content_hash
+from gateway.audit.chain import (
+    CANONICAL_FIELDS,
+    CHAIN_FIELDS,
+    WRITE_ORDER_FIELDS,
+    audit_events,
+    audit_links,
+    content_hash,
+)
 from gateway.audit.prune import parse_age, prune
 from gateway.audit.sealer import AuditSealer
 from gateway.audit.verify import VerifyReport, verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
+from tests.support.db import months_ago
 from tests.support.processes import run_cli
 
 
@@ -47,12 +56,14 @@ async def _verify(db: Database, tenant: str = "acme") -> VerifyReport:
 
 @asynccontextmanager
 async def _tampering(db: Database) -> AsyncIterator[AsyncConnection]:
-    """A transaction of an attacker with the table owner's rights: the database refuses to
-    change or delete audit rows (migration 0008), but an owner can switch its triggers off,
-    as this does for the one transaction. What the chain must still catch."""
+    """A transaction of an attacker with the tables' owner's rights: the database refuses to
+    change or delete audit rows and links (migration 0013), but an owner can switch its
+    triggers off, as this does for the one transaction. What the chain must still catch."""
     async with db.begin() as conn:
         await conn.execute(sa.text("ALTER TABLE audit_events DISABLE TRIGGER USER"))
+        await conn.execute(sa.text("ALTER TABLE audit_links DISABLE TRIGGER USER"))
         yield conn
+        await conn.execute(sa.text("ALTER TABLE audit_links ENABLE TRIGGER USER"))
         await conn.execute(sa.text("ALTER TABLE audit_events ENABLE TRIGGER USER"))
 
 
@@ -61,9 +72,10 @@ async def _tamper(db: Database, stmt: Any) -> None:
         await conn.execute(stmt)
 
 
-def test_the_canonical_content_covers_every_column_but_the_chains_own():
-    assert set(CANONICAL_FIELDS) | set(CHAIN_FIELDS) == set(audit_events.c.keys())
-    assert not set(CANONICAL_FIELDS) & set(CHAIN_FIELDS)
+def test_the_canonical_content_covers_every_column_but_the_transaction_id():
+    assert set(CANONICAL_FIELDS) | set(WRITE_ORDER_FIELDS) == set(audit_events.c.keys())
+    assert not set(CANONICAL_FIELDS) & set(WRITE_ORDER_FIELDS)
+    assert set(CHAIN_FIELDS) == set(audit_links.c.keys()) - {"tenant_id", "audit_id", "created_at"}
 
 
 @pytest.mark.parametrize("field", [f for f in CANONICAL_FIELDS if f != "id"])
@@ -118,34 +130,47 @@ async def test_a_changed_row_is_named_as_the_first_broken_row(db, column, value)
     await _tamper(db, sa.update(audit_events).where(audit_events.c.id == ids[3]).values({column: value}))
     report = await _verify(db)
     assert not report.ok
-    if column == "tenant_id":  # the row left the chain: its successor finds a hole
-        assert report.broken_row_id == ids[4]
+    assert report.broken_row_id == ids[3]
+    if column == "tenant_id":  # the row left the tenant: its link finds no row
+        assert "missing" in (report.reason or "")
     else:
-        assert report.broken_row_id == ids[3]
         assert "content" in (report.reason or "")
     assert report.verified_rows == 3
 
 
-async def test_a_deleted_row_breaks_the_chain_at_the_next_row(db):
+async def test_a_deleted_row_is_named_by_its_link(db):
     ids = await _insert(db, [_row(n=i) for i in range(5)])
     await AuditSealer(db).seal_pending()
     await _tamper(db, sa.delete(audit_events).where(audit_events.c.id == ids[2]))
     report = await _verify(db)
+    assert (report.ok, report.broken_row_id, report.verified_rows) == (False, ids[2], 2)
+    assert "missing" in (report.reason or "")
+
+
+async def test_a_deleted_row_and_its_link_break_the_chain_at_the_next_row(db):
+    ids = await _insert(db, [_row(n=i) for i in range(5)])
+    await AuditSealer(db).seal_pending()
+    async with _tampering(db) as conn:
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.id == ids[2]))
+        await conn.execute(sa.delete(audit_links).where(audit_links.c.audit_id == ids[2]))
+    report = await _verify(db)
     assert (report.ok, report.broken_row_id) == (False, ids[3])
 
 
-async def test_an_unsealed_row_in_the_middle_breaks_the_chain(db):
+async def test_a_link_removed_in_the_middle_breaks_the_chain_at_the_next_row(db):
     ids = await _insert(db, [_row(n=i) for i in range(5)])
     await AuditSealer(db).seal_pending()
-    await _tamper(db, sa.update(audit_events).where(audit_events.c.id == ids[1]).values(chain_seq=None))
+    await _tamper(db, sa.delete(audit_links).where(audit_links.c.audit_id == ids[1]))
     report = await _verify(db)
-    assert (report.ok, report.broken_row_id, report.unsealed_rows) == (False, ids[2], 1)
+    assert (report.ok, report.broken_row_id, report.unsealed_rows) == (False, ids[2], 0)
 
 
 async def test_a_cut_tail_is_caught_by_the_stored_head(db):
     ids = await _insert(db, [_row(n=i) for i in range(4)])
     await AuditSealer(db).seal_pending()
-    await _tamper(db, sa.delete(audit_events).where(audit_events.c.id == ids[-1]))
+    async with _tampering(db) as conn:
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.id == ids[-1]))
+        await conn.execute(sa.delete(audit_links).where(audit_links.c.audit_id == ids[-1]))
     report = await _verify(db)
     assert not report.ok
     assert "end" in (report.reason or "")
@@ -160,29 +185,34 @@ async def test_relinking_a_forged_row_without_the_head_is_caught(db):
     async with _tampering(db) as conn:
         await conn.execute(sa.update(audit_events).where(audit_events.c.id == ids[2]).values(outcome="FORGED"))
         row = (await conn.execute(sa.select(audit_events).where(audit_events.c.id == ids[2]))).first()
+        link = (await conn.execute(sa.select(audit_links).where(audit_links.c.audit_id == ids[2]))).first()
         forged = content_hash(row)
         await conn.execute(
-            sa.update(audit_events).where(audit_events.c.id == ids[2]).values(
-                content_hash=forged, chain_hash=link_hash(row.chain_seq, row.prev_hash, forged)
+            sa.update(audit_links).where(audit_links.c.audit_id == ids[2]).values(
+                content_hash=forged, chain_hash=link_hash(link.chain_seq, link.prev_hash, forged)
             )
         )
     report = await _verify(db)
     assert not report.ok and "head" in (report.reason or "")
 
 
-async def test_prune_removes_old_sealed_rows_and_the_chain_verifies_from_the_anchor(db):
-    old = datetime.now(UTC) - timedelta(days=120)
+async def test_prune_drops_old_months_and_the_chain_verifies_from_the_anchor(db):
+    old = months_ago(5)
     await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(4)])
     kept = await _insert(db, [_row(n=i) for i in range(4, 7)])
     await AuditSealer(db).seal_pending()
 
-    [result] = await prune(db, older_than=parse_age("90d"), tenant_id="acme")
-    assert (result.removed_rows, result.anchor_seq) == (4, 4)
+    pruned = await prune(db, older_than=parse_age("90d"))
+    assert pruned.months == (f"audit_events_p{old:%Y_%m}",)
+    [result] = pruned.tenants
+    assert (result.tenant_id, result.removed_rows, result.anchor_seq) == ("acme", 4, 4)
     async with db.connect() as conn:
         left = list((await conn.execute(
             sa.select(audit_events.c.id).where(audit_events.c.tenant_id == "acme", audit_events.c.kind != "audit_prune")
         )).scalars())
+        links = await conn.scalar(sa.select(sa.func.min(audit_links.c.chain_seq)).where(audit_links.c.tenant_id == "acme"))
     assert sorted(left) == kept
+    assert links == 5  # the links of the dropped month went with it
 
     await AuditSealer(db).seal_pending()  # the prune's own audit row
     report = await _verify(db)
@@ -193,34 +223,105 @@ async def test_prune_removes_old_sealed_rows_and_the_chain_verifies_from_the_anc
     assert (await _verify(db)).broken_row_id == kept[0]
 
 
-async def test_prune_never_removes_young_or_unsealed_rows(db):
-    old = datetime.now(UTC) - timedelta(days=120)
-    await _insert(db, [_row(n=0, created_at=old), _row(n=1), _row(n=2, created_at=old)])
+async def test_prune_keeps_months_that_are_not_whole_past_the_cutoff(db):
+    recent = months_ago(1)
+    await _insert(db, [_row(n=0, created_at=recent), _row(n=1)])
     await AuditSealer(db).seal_pending()
-    unsealed_old = await _insert(db, [_row(n=3, created_at=old)])
-    [result] = await prune(db, older_than=timedelta(days=90), tenant_id="acme")
-    # Only the prefix before the first young row goes; the old row sealed after it stays.
-    assert result.removed_rows == 1
+    # A month is dropped only once all of it is older than the cut-off.
+    pruned = await prune(db, older_than=timedelta(days=70), now=recent + timedelta(days=70))
+    assert (pruned.months, pruned.tenants) == ((), ())
     async with db.connect() as conn:
-        still = await conn.scalar(sa.select(sa.func.count()).where(audit_events.c.id == unsealed_old[0]))
-    assert still == 1
+        assert await conn.scalar(sa.select(sa.func.count()).select_from(audit_events)) == 2
+
+
+async def test_prune_seals_old_rows_first_and_a_kept_row_sealed_earlier_stays_behind_the_anchor(db):
+    """Rows sealed out of created_at order near a month's end: a row of a kept month sealed
+    before the last row of a dropped month ends up behind the anchor, kept with its link."""
+    old = months_ago(5)
+    [first_old, young, second_old] = await _insert(
+        db, [_row(n=0, created_at=old), _row(n=1), _row(n=2, created_at=old)]
+    )
+    await AuditSealer(db).seal_pending()
+    [unsealed_old] = await _insert(db, [_row(n=3, created_at=old)])
+
+    pruned = await prune(db, older_than=timedelta(days=90))
+
+    # The prune sealed the old row first, then dropped its whole month.
+    [result] = pruned.tenants
+    assert (result.removed_rows, result.anchor_seq) == (3, 4)
+    async with db.connect() as conn:
+        left = {r.id: r.chain_seq for r in (await conn.execute(
+            sa.select(audit_events.c.id, audit_links.c.chain_seq)
+            .select_from(audit_events.outerjoin(audit_links, audit_links.c.audit_id == audit_events.c.id))
+            .where(audit_events.c.kind != "audit_prune")
+        )).all()}
+    assert left == {young: 2}  # kept, behind the anchor at 4, its link with it
+    assert first_old not in left and second_old not in left and unsealed_old not in left
+    await AuditSealer(db).seal_pending()
+    report = await _verify(db)
+    assert (report.ok, report.anchor_seq, report.verified_rows) == (True, 4, 1)  # the prune's own row
+
+
+async def test_a_row_written_into_a_month_while_it_is_pruned_is_sealed_before_the_month_goes(db):
+    """The prune locks the table before the drop and looks again: a row committed meanwhile
+    into a month being dropped rolls the prune back, and the next attempt seals it first."""
+    old = months_ago(5)
+    await _insert(db, [_row(n=0, created_at=old)])
+    await AuditSealer(db).seal_pending()
+    async with db.engine.connect() as late:
+        await late.begin()
+        await late.execute(sa.insert(audit_events).values(**_row(n=1, created_at=old)))
+        pruning = asyncio.create_task(prune(db, older_than=timedelta(days=90)))
+        await asyncio.sleep(1.0)
+        assert not pruning.done()  # waiting for the writer's lock
+        await late.commit()
+    pruned = await asyncio.wait_for(pruning, 60)
+    [result] = pruned.tenants
+    assert (result.removed_rows, result.anchor_seq) == (2, 2)
+    async with db.connect() as conn:
+        assert await conn.scalar(
+            sa.select(sa.func.count()).select_from(audit_events).where(audit_events.c.kind != "audit_prune")
+        ) == 0
+    await AuditSealer(db).seal_pending()
     assert (await _verify(db)).ok
+
+
+async def test_the_chain_verifies_across_three_months_and_the_default_partition(db):
+    ids = await _insert(db, [
+        _row(n=0, created_at=months_ago(2)),
+        _row(n=1, created_at=months_ago(1, day=28)),
+        _row(n=2),
+        _row("globex", n=3, created_at=months_ago(1)),
+        _row(n=4, created_at=months_ago(40)),  # no month made for it: the default partition
+    ])
+    await AuditSealer(db).seal_pending()
+    report = await _verify(db)
+    assert (report.ok, report.verified_rows, report.head_seq) == (True, 4, 4)
+    async with db.connect() as conn:
+        where = dict((await conn.execute(
+            sa.select(audit_events.c.id, sa.text("tableoid::regclass::text")).select_from(audit_events)
+        )).all())
+    # The sealer's round made the partitions for the months whose rows sat in the default.
+    assert where[ids[4]] == f"audit_events_p{months_ago(40):%Y_%m}"
+    assert len({where[i] for i in ids}) == 4
 
 
 def test_ages_parse_and_nonsense_is_refused():
     assert parse_age("90d") == timedelta(days=90)
     assert parse_age("12h") == timedelta(hours=12)
-    for bad in ("90", "d", "-1d", "0d", "1y"):
+    for bad in ("90", "d", "-1d", "0d", "1y", "36601d", "9" * 400 + "d", "9" * 5000):
         with pytest.raises(ValueError):
             parse_age(bad)
 
 
 @pytest.mark.postgres
-async def test_a_row_committed_after_higher_ids_were_sealed_is_sealed_later(pg_url):
-    """Ids are handed out before commit: the chain's order is the order of sealing."""
+async def test_a_row_of_a_transaction_open_while_the_sealer_runs_is_sealed_after_it_commits(pg_url):
+    """The sealer seals only rows of finished transactions, in the order of their transaction
+    ids: an open transaction holds later rows back, and its own row is never skipped."""
     await seeded(pg_url)
     db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
+        [before] = await _insert(db, [_row(n=9)])
         async with db.engine.connect() as slow:
             await slow.begin()
             [slow_id] = [
@@ -228,16 +329,74 @@ async def test_a_row_committed_after_higher_ids_were_sealed_is_sealed_later(pg_u
             ]
             [fast_id] = await _insert(db, [_row(n=1)])
             assert fast_id > slow_id
+            # The row written before the open transaction began is sealed; the later one waits.
             assert await AuditSealer(db).seal_pending() == 1
+            assert await AuditSealer(db).seal_pending() == 0
+            report = await _verify(db)
+            assert (report.verified_rows, report.unsealed_rows) == (1, 1)  # the open row is not visible
             await slow.commit()
-        assert await AuditSealer(db).seal_pending() == 1
+        assert await AuditSealer(db).seal_pending() == 2
         report = await _verify(db)
-        assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 2, 0)
+        assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 3, 0)
         async with db.connect() as conn:
             order = list((await conn.execute(
-                sa.select(audit_events.c.id).where(audit_events.c.tenant_id == "acme").order_by(audit_events.c.chain_seq)
+                sa.select(audit_links.c.audit_id).where(audit_links.c.tenant_id == "acme")
+                .order_by(audit_links.c.chain_seq)
             )).scalars())
-        assert order == [fast_id, slow_id]
+        assert order == [before, slow_id, fast_id]
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_transaction_open_in_another_database_does_not_hold_the_sealing_back(pg_url, empty_pg_url):
+    import asyncpg
+
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    other = await asyncpg.connect(empty_pg_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        async with other.transaction():
+            await other.fetchval("SELECT pg_current_xact_id()")  # holds an id, like a long write
+            await _insert(db, [_row(n=1)])
+            assert await AuditSealer(db).seal_pending() == 1
+        report = await _verify(db)
+        assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 1, 0)
+    finally:
+        await other.close()
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_concurrent_sealers_seal_every_row_exactly_once(pg_url):
+    """Sealers racing without the turn (as if the lock were lost): the watermark, the heads and
+    the links' keys let one win each batch; every row ends up sealed once."""
+    from gateway.audit.sealer import ChainRaced, seal_batch
+    from sqlalchemy import exc as sa_exc
+
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    try:
+        await _insert(db, [_row("acme" if i % 3 else "globex", n=i) for i in range(60)])
+
+        async def racer() -> int:
+            sealed = 0
+            for _ in range(40):
+                try:
+                    async with db.begin() as conn:
+                        sealed += await seal_batch(conn, batch_size=7)
+                except (ChainRaced, sa_exc.IntegrityError, sa_exc.DBAPIError):
+                    pass
+                await asyncio.sleep(0)
+            return sealed
+
+        totals = await asyncio.gather(*(racer() for _ in range(4)))
+        assert sum(totals) == 60
+        async with db.connect() as conn:
+            assert await conn.scalar(sa.select(sa.func.count()).select_from(audit_links)) == 60
+        for tenant, rows in (("acme", 40), ("globex", 20)):
+            report = await _verify(db, tenant)
+            assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, rows, 0)
     finally:
         await db.dispose()
 
@@ -273,17 +432,18 @@ async def _rewrite_and_relink(db: Database, row_id: int, tenant: str = "acme", *
 
     async with _tampering(db) as conn:
         await conn.execute(sa.update(audit_events).where(audit_events.c.id == row_id).values(**values))
-        start = await conn.scalar(sa.select(audit_events.c.chain_seq).where(audit_events.c.id == row_id))
-        prev = await conn.scalar(sa.select(audit_events.c.prev_hash).where(audit_events.c.id == row_id))
+        start = await conn.scalar(sa.select(audit_links.c.chain_seq).where(audit_links.c.audit_id == row_id))
+        prev = await conn.scalar(sa.select(audit_links.c.prev_hash).where(audit_links.c.audit_id == row_id))
         rows = (await conn.execute(
-            sa.select(audit_events)
-            .where(audit_events.c.tenant_id == tenant, audit_events.c.chain_seq >= start)
-            .order_by(audit_events.c.chain_seq)
+            sa.select(audit_events, audit_links.c.chain_seq)
+            .join(audit_links, audit_links.c.audit_id == audit_events.c.id)
+            .where(audit_links.c.tenant_id == tenant, audit_links.c.chain_seq >= start)
+            .order_by(audit_links.c.chain_seq)
         )).all()
         for row in rows:
             content = content_hash(row)
             link = link_hash(row.chain_seq, prev, content)
-            await conn.execute(sa.update(audit_events).where(audit_events.c.id == row.id).values(
+            await conn.execute(sa.update(audit_links).where(audit_links.c.audit_id == row.id).values(
                 content_hash=content, prev_hash=prev, chain_hash=link))
             prev = link
         await conn.execute(sa.update(audit_chains).where(audit_chains.c.tenant_id == tenant).values(head_hash=prev))
@@ -318,7 +478,7 @@ async def test_a_rewritten_and_relinked_chain_passes_verify_but_not_an_earlier_a
         key = jwt.PyJWKSet.from_dict(jwks)[jwt.get_unverified_header(token)["kid"]]
         claims = jwt.decode(token, key=key, algorithms=["ES256"], audience="gateway-audit-anchor")
         async with db.connect() as conn:
-            head = await conn.scalar(sa.select(audit_events.c.chain_hash).where(audit_events.c.id == ids[5]))
+            head = await conn.scalar(sa.select(audit_links.c.chain_hash).where(audit_links.c.audit_id == ids[5]))
         assert (claims["tenant_id"], claims["chain_seq"], claims["chain_hash"]) == ("acme", 6, head)
 
         # Later rows, sealed and not yet sealed, leave the anchor valid.
@@ -404,19 +564,19 @@ async def test_an_anchor_at_the_pruned_boundary_still_verifies_and_one_pruned_pa
     await seeded(pg_url)
     db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     try:
-        old = datetime.now(UTC) - timedelta(days=120)
+        old = months_ago(5)
         ids = await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(4)])
         await _insert(db, [_row(n=i) for i in range(4, 6)])
         await AuditSealer(db).seal_pending()
         async with db.connect() as conn:
             hashes = {seq: link for seq, link in (await conn.execute(
-                sa.select(audit_events.c.chain_seq, audit_events.c.chain_hash).where(audit_events.c.id.in_(ids))
+                sa.select(audit_links.c.chain_seq, audit_links.c.chain_hash).where(audit_links.c.audit_id.in_(ids))
             )).all()}
         taken = datetime.now(UTC)
         at_boundary = Anchor(tenant_id="acme", chain_seq=4, chain_hash=hashes[4], issued_at=taken, key_id="k")
         pruned_past = Anchor(tenant_id="acme", chain_seq=2, chain_hash=hashes[2], issued_at=taken, key_id="k")
 
-        await prune(db, older_than=parse_age("90d"), tenant_id="acme")
+        await prune(db, older_than=parse_age("90d"))
         async with db.connect() as conn:
             kept = await verify_chain(conn, tenant_id="acme", anchor=at_boundary)
             gone = await verify_chain(conn, tenant_id="acme", anchor=pruned_past)
@@ -426,3 +586,31 @@ async def test_an_anchor_at_the_pruned_boundary_still_verifies_and_one_pruned_pa
         assert "was pruned" in gone.describe()
     finally:
         await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_cli_prune_drops_old_months_for_every_tenant_and_refuses_a_tenant_option(pg_url):
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    try:
+        old = months_ago(5)
+        await _insert(db, [_row("acme", n=0, created_at=old), _row("globex", n=1, created_at=old), _row(n=2)])
+    finally:
+        await db.dispose()
+
+    one_tenant = run_cli(pg_url, "audit", "prune", "--older-than", "90d", "--tenant", "acme")
+    assert one_tenant.returncode == 2 and "--tenant" in one_tenant.stderr
+    for bad in ("90", "-1d", "1y", "9" * 400 + "d"):
+        refused = run_cli(pg_url, "audit", "prune", "--older-than", bad)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+
+    pruned = run_cli(pg_url, "audit", "prune", "--older-than", "90d")
+    assert pruned.returncode == 0, pruned.stderr
+    assert "tenant acme: removed 1 row(s); the chain now starts after position 1" in pruned.stdout
+    assert "tenant globex: removed 1 row(s); the chain now starts after position 1" in pruned.stdout
+    assert f"dropped 1 month(s): audit_events_p{old:%Y_%m}" in pruned.stdout
+
+    again = run_cli(pg_url, "audit", "prune", "--older-than", "90d")
+    assert again.returncode == 0 and "nothing to prune" in again.stdout
+    ok = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+    assert ok.returncode == 0 and "OK, 2 sealed row(s) verified (chain positions 2..3)" in ok.stdout, ok.stdout  # the prune sealed the first prune's row

@@ -202,7 +202,10 @@ async def test_the_sealers_seal_through_pgbouncer_and_the_chain_verifies(
     assert all(r.status_code == 200 for r in responses)
     # Both processes run a sealer; they take turns through a transaction-scoped advisory lock.
     for _ in range(300):
-        unsealed = await db.fetchval("SELECT count(*) FROM audit_events WHERE chain_hash IS NULL")
+        unsealed = await db.fetchval(
+            "SELECT count(*) FROM audit_events a WHERE NOT EXISTS "
+            "(SELECT 1 FROM audit_links l WHERE l.tenant_id = a.tenant_id AND l.audit_id = a.id)"
+        )
         if unsealed == 0:
             break
         await asyncio.sleep(0.1)

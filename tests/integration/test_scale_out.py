@@ -136,7 +136,10 @@ async def test_the_audit_chain_verifies_after_concurrent_writers_and_sealers_in_
     assert all(r.status_code == 200 for r in responses)
     # Every process runs a sealer; they take turns linking the rows all three appended.
     for _ in range(300):
-        unsealed = await db.fetchval("SELECT count(*) FROM audit_events WHERE chain_hash IS NULL")
+        unsealed = await db.fetchval(
+            "SELECT count(*) FROM audit_events a WHERE NOT EXISTS "
+            "(SELECT 1 FROM audit_links l WHERE l.tenant_id = a.tenant_id AND l.audit_id = a.id)"
+        )
         if unsealed == 0:
             break
         await asyncio.sleep(0.1)
@@ -149,7 +152,7 @@ async def test_the_audit_chain_verifies_after_concurrent_writers_and_sealers_in_
     assert f"OK, {rows} sealed row(s) verified" in verified.stdout
     assert "0 row(s) not sealed yet" in verified.stdout
     positions = await db.fetch(
-        "SELECT chain_seq FROM audit_events WHERE tenant_id = 'acme' ORDER BY chain_seq"
+        "SELECT chain_seq FROM audit_links WHERE tenant_id = 'acme' ORDER BY chain_seq"
     )
     assert [r["chain_seq"] for r in positions] == list(range(positions[0]["chain_seq"], positions[0]["chain_seq"] + rows))
 

@@ -81,3 +81,11 @@ async def set_approval_mode(url: str, tool: str, mode: str, tenant: str = "acme"
         return await operator.set_approval_mode(
             db, tenant, tool, ApprovalMode(mode), registry=registry or ToolRegistry(builtin_tools())
         )
+
+
+def months_ago(months: int, *, day: int = 2, now: datetime | None = None) -> datetime:
+    """Noon UTC on ``day`` of the calendar month ``months`` before the current one: a time
+    whose month is whole and past, whatever today's date (retention drops whole months)."""
+    now = now or datetime.now(UTC)
+    index = now.year * 12 + now.month - 1 - months
+    return datetime(index // 12, index % 12 + 1, day, 12, tzinfo=UTC)

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.audit.chain import CANONICAL_FIELDS, CHAIN_FIELDS
+from gateway.audit.chain import CANONICAL_FIELDS, WRITE_ORDER_FIELDS
 from gateway.audit.rows import AUDIT_ROW_FIELDS, audit_json
 from gateway.db.models import AuditEvent
 from gateway.db.sqlfiles import read_sql
 
 
-def test_an_audit_row_has_every_column_but_the_id_and_the_chains():
+def test_an_audit_row_has_every_column_but_the_id_and_the_transaction_id():
     columns = set(AuditEvent.__table__.columns.keys())
-    assert set(AUDIT_ROW_FIELDS) == columns - {"id", *CHAIN_FIELDS}
+    assert set(AUDIT_ROW_FIELDS) == columns - {"id", *WRITE_ORDER_FIELDS}
     assert set(AUDIT_ROW_FIELDS) == set(CANONICAL_FIELDS) - {"id"}
 
 
