@@ -182,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
         "prune", help="drop the months of audit rows older than AGE (all tenants), keeping the chains verifiable"
     )
     prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 90d, 12h, 2w")
+    # Kept so that a script written for per-tenant retention is told why it no longer works.
+    prune.add_argument("--tenant", help=argparse.SUPPRESS)
     audit.set_defaults(handler=cmd_audit)
     from gateway.webhooks.operator import add_parser as add_webhooks_parser
 
@@ -396,6 +398,12 @@ def _approval_mode_action(settings: Settings, args: argparse.Namespace):  # type
     return lambda db: operator.set_approval_mode(db, args.slug, args.tool, mode, registry=registry)
 
 
+PRUNE_IS_FOR_EVERY_TENANT = (
+    "gateway: audit prune takes no --tenant: the tenants' audit rows share monthly partitions, and "
+    "retention drops whole months for every tenant at once; run it without --tenant"
+)
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from gateway.admin import operator
     from gateway.audit.anchor import AnchorInvalid
@@ -417,6 +425,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
         elif args.audit_command == "anchor":
             return _anchor(settings, args.tenant, args.out)
         else:
+            if args.tenant is not None:
+                print(PRUNE_IS_FOR_EVERY_TENANT, file=sys.stderr)
+                return 2
             try:
                 age = parse_age(args.older_than)
             except ValueError as exc:
