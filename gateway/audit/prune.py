@@ -26,8 +26,9 @@ Rows sealed out of ``created_at`` order near a month boundary: the chain's order
 of sealing, and a row's ``created_at`` is the time its request was given, so a row of the
 next month (kept) may have been sealed before a row of the dropped month. The anchor moves
 past every dropped row, so such a kept row ends up behind the anchor: it stays in the table
-with its link (its chain columns still show in the API and exports), but ``audit verify``,
-which checks the chain from the anchor on, no longer re-hashes it; the anchor vouches for it.
+with its link (its chain columns still show in the API and exports); ``audit verify`` walks
+the chain from the anchor on, and checks such a row against its own link (the chain before it
+is gone).
 Its link goes with its own month.
 
 The link table is not partitioned: its primary key ``(tenant_id, chain_seq)`` is what makes a

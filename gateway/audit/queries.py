@@ -25,7 +25,11 @@ _columns = tuple(
 )
 _with_links = audit_events.outerjoin(
     audit_links,
-    sa.and_(audit_links.c.tenant_id == audit_events.c.tenant_id, audit_links.c.audit_id == audit_events.c.id),
+    sa.and_(
+        audit_links.c.tenant_id == audit_events.c.tenant_id,
+        audit_links.c.audit_id == audit_events.c.id,
+        audit_links.c.created_at == audit_events.c.created_at,
+    ),
 )
 
 

@@ -68,6 +68,11 @@ PARTITION_MONTHS_AHEAD = 3
 """Months of ``audit_events`` partitions made ahead of the current one."""
 MAINTAIN_EVERY_S = 3600.0
 """How often a process's sealer makes the partitions ahead (in its turn)."""
+MAINTAIN_RETRY_S = 60.0
+"""How soon after a failed attempt (a lock not granted) the partitions are tried again:
+months are made three ahead, so waiting costs nothing, while every attempt that queues for
+the default partition's lock holds up the readers queued behind it."""
+MAINTAIN_LOCK_TIMEOUT = "100ms"
 
 YIELD_EVERY = 50
 """Rows hashed between two yields to the event loop (about 1.5 ms of work)."""
@@ -105,13 +110,13 @@ async def chain_state(conn: AsyncConnection, tenant_id: str) -> ChainState:
 _HORIZON = sa.text(
     """
     WITH s AS (SELECT pg_current_snapshot() AS snap)
-    SELECT coalesce(
+    SELECT least(pg_current_xact_id_if_assigned()::text::bigint, coalesce(
         (SELECT min(x.xid::text::bigint) FROM s, pg_snapshot_xip(s.snap) AS x(xid)
           WHERE NOT EXISTS (
                 SELECT 1 FROM pg_stat_activity a
                  WHERE a.datname IS NOT NULL AND a.datname <> current_database()
                    AND a.backend_xid::text = (x.xid::text::bigint % 4294967296)::text)),
-        (SELECT pg_snapshot_xmax(s.snap)::text::bigint FROM s))
+        (SELECT pg_snapshot_xmax(s.snap)::text::bigint FROM s)))
     """
 )
 
@@ -122,7 +127,9 @@ async def horizon(conn: AsyncConnection) -> int:
     not known to be another database's (a server's horizon, ``pg_snapshot_xmin``, would let a
     long transaction in any other database on the server hold the sealing back). A running
     transaction it cannot place (a prepared one, a backend it may not see) counts as this
-    database's. Every row with a ``txid`` below it is final: committed and visible to any
+    database's. The caller's own transaction, once it has an id, is never passed either: a
+    snapshot does not list its own transaction, and a transaction that seals and then writes
+    audit rows (the prune) would otherwise leave its rows below the watermark, never sealed. Every row with a ``txid`` below it is final: committed and visible to any
     later snapshot, or gone."""
     return int(await conn.scalar(_HORIZON))
 
@@ -285,11 +292,12 @@ class AuditSealer:
         logged and tried again next round, and never stops the sealing."""
         try:
             async with conn.begin_nested():
-                await conn.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+                await conn.execute(sa.text(f"SET LOCAL lock_timeout = '{MAINTAIN_LOCK_TIMEOUT}'"))
                 made = await ensure_partitions(conn)
                 await conn.execute(sa.text("SET LOCAL lock_timeout = DEFAULT"))
         except sa_exc.DBAPIError:
-            log.warning("audit_partitions_failed", exc_info=True)
+            log.warning("audit_partitions_failed", exc_info=True, retry_in_s=MAINTAIN_RETRY_S)
+            self._maintained_at = time.monotonic() - MAINTAIN_EVERY_S + MAINTAIN_RETRY_S
             return
         self._maintained_at = time.monotonic()
         if made:

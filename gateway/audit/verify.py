@@ -170,6 +170,39 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             break
         after = rows[-1].chain_seq
     last_seq = expected_seq - 1
+    # Rows kept behind the anchor (sealed out of time order near a dropped month's end): the
+    # chain before them is gone, but each still has its link to be checked against.
+    behind = audit_links.join(
+        audit_events, sa.and_(a.tenant_id == link.tenant_id, a.id == link.audit_id, a.created_at == link.created_at)
+    )
+    kept = await conn.execute(
+        sa.select(*columns).select_from(behind).where(link.tenant_id == tenant_id, link.chain_seq <= anchor_seq)
+    )
+    for row in kept:
+        if content_hash(row) != row.content_hash:
+            return broken(row.id, row.chain_seq, "its content does not match its content hash (a row kept behind "
+                          "the anchor)", verified)
+        if link_hash(row.chain_seq, row.prev_hash, row.content_hash) != row.chain_hash:
+            return broken(row.id, row.chain_seq, "its chain hash does not match its link (a row kept behind the "
+                          "anchor)", verified)
+    # Every row the sealer has passed has a link: one without was never sealed (written behind
+    # the sealer's back) or lost it (a link removed with a moved anchor).
+    unlinked = await conn.scalar(
+        sa.select(a.id)
+        .where(
+            a.tenant_id == tenant_id,
+            sa.not_(above_watermark(mark)),
+            ~sa.exists().where(link.tenant_id == a.tenant_id, link.audit_id == a.id, link.created_at == a.created_at),
+        )
+        .limit(1)
+    )
+    if unlinked is not None:
+        return broken(
+            unlinked, None,
+            "it has no link although the sealer has passed it: it was never sealed into the chain, or its link "
+            "was removed",
+            verified,
+        )
     if anchor is not None and anchor.chain_seq > last_seq:
         return broken(
             None, anchor.chain_seq,

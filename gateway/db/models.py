@@ -257,7 +257,9 @@ class AuditLink(Base):
     behind the tenant's anchor (by the prune, with the month of its row)."""
 
     __tablename__ = "audit_links"
-    __table_args__ = (sa.UniqueConstraint("tenant_id", "audit_id"),)
+    # The audited row's whole key: ids alone are unique only by the sequence's habit, and two
+    # rows sharing an id (one inserted with an explicit id) must still get a link each.
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "audit_id", "created_at"),)
 
     tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     chain_seq: Mapped[int] = mapped_column(BigIntId, primary_key=True)

@@ -8,7 +8,7 @@ a link table.
   ``(txid, id)``. The new column ``txid`` holds the inserting transaction's id
   (``pg_current_xact_id()``), by which the sealer finds rows it has not sealed yet.
 - The chain's columns leave the row for ``audit_links`` (one narrow row per sealed audit row,
-  primary key ``(tenant_id, chain_seq)``, unique ``(tenant_id, audit_id)``), written by the
+  primary key ``(tenant_id, chain_seq)``, unique ``(tenant_id, audit_id, created_at)``: an audited row is known by its whole key), written by the
   sealer; ``audit_seal_state`` holds the sealer's watermark.
 - Every UPDATE and DELETE of ``audit_events`` is refused
   (``gateway/db/sql/audit_insert_only.sql``, replacing the guard of 0008); links are
@@ -113,7 +113,7 @@ def upgrade() -> None:
             prev_hash varchar(64) NOT NULL,
             chain_hash varchar(64) NOT NULL,
             CONSTRAINT pk_audit_links PRIMARY KEY (tenant_id, chain_seq),
-            CONSTRAINT uq_audit_links_tenant_id_audit_id UNIQUE (tenant_id, audit_id)
+            CONSTRAINT uq_audit_links_tenant_id_audit_id_created_at UNIQUE (tenant_id, audit_id, created_at)
         )
         """
     )
@@ -213,7 +213,7 @@ def downgrade() -> None:
         INSERT INTO audit_events ({_CONTENT}, chain_seq, content_hash, prev_hash, chain_hash)
         SELECT {content}, l.chain_seq, l.content_hash, l.prev_hash, l.chain_hash
           FROM audit_events_0013 a
-          LEFT JOIN audit_links l ON l.tenant_id = a.tenant_id AND l.audit_id = a.id
+          LEFT JOIN audit_links l ON l.tenant_id = a.tenant_id AND l.audit_id = a.id AND l.created_at = a.created_at
          ORDER BY a.id
         """
     )
