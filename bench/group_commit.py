@@ -41,7 +41,10 @@ Row = tuple[float, float, float, float, float]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    common.add_load_options(parser, duration=4, repeats=3, connections=0)
+    # Not the shared load options: this script sets the connection counts and runs itself.
+    parser.add_argument("--duration", type=int, default=4, help="seconds per wrk run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--log-level", default="INFO", help="the gateway's GATEWAY_LOG_LEVEL during the bench")
     args = parser.parse_args()
     if common.wrk_missing():
         return 2
