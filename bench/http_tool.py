@@ -12,7 +12,8 @@ Then drives, alternately and at the same concurrency with wrk:
   tool_call id and a fresh argument on every request, spread over 32 runs (the guarded path:
   JWT, checks, ledger, a signed service token, the service call, the recorded outcome);
 - (b) the service directly: the same `GET /api/echo/<fresh value>` with a gateway-signed token;
-and prints the medians of requests/s, p50 and p99 and the gateway/direct ratios.
+and prints the medians of requests/s, p50 and p99, the gateway/direct ratios and the gateway's
+CPU time per HTTP tool call (the figure to compare versions by on a shared machine).
 Targets, for a service doing 10 ms of work: the gateway's p50 within 1.3x of the direct call's at
 4 connections, within 2x at 32 on one worker. ``--service-work-ms N`` makes the
 service spend N ms on each request, as a real one would (a query, its own calls): the ratio
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
+from bench.cpu_per_call import process_cpu_s  # noqa: E402
 from bench.common import Sample, median  # noqa: E402
 from gateway.auth.principal import Principal  # noqa: E402
 from gateway.auth.service_tokens import ServiceTokenSigner, generate_signing_key_pem  # noqa: E402
@@ -126,9 +129,15 @@ def main() -> int:
                 if '\\"ok\\":true' not in check.text:
                     raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
 
+            gateway_cpu_us: list[float] = []
+
             def through_gateway(label: str) -> Sample:
-                return common.wrk(gateway_url, "http_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
-                                  connections=args.connections, duration=args.duration)
+                before = process_cpu_s(processes[0].pid)
+                sample = common.wrk(gateway_url, "http_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
+                                    connections=args.connections, duration=args.duration)
+                if sample.requests:
+                    gateway_cpu_us.append(1e6 * (process_cpu_s(processes[0].pid) - before) / sample.requests)
+                return sample
 
             def direct(label: str) -> Sample:
                 return common.wrk(service_url, "service_direct.lua", [service_token, common.fresh_prefix(label)],
@@ -142,6 +151,7 @@ def main() -> int:
             through_gateway("w")
             direct("w")
 
+            gateway_cpu_us.clear()  # the warm-up's
             via, straight, reference = [], [], []
             for repeat in range(1, args.repeats + 1):
                 via.append(through_gateway("g"))
@@ -153,6 +163,9 @@ def main() -> int:
                     line += f" | built-in add {reference[-1].rps:7.0f} req/s p50 {reference[-1].p50_ms:6.2f} ms"
                 print(line, file=sys.stderr)
             report(via, straight, reference)
+            if gateway_cpu_us:
+                print(f"gateway CPU per HTTP tool call:  {statistics.median(gateway_cpu_us):.0f} µs "
+                      "(the serving process's user + system time over the requests wrk completed)")
             common.warn_on_errors(via + straight + reference)
             return 0
         finally:
