@@ -6,7 +6,8 @@ Each call:
 - sends a short-lived JWT the gateway signs for that service (audience = the service;
   ``sub``, ``tenant_id``, ``roles``, ``run_id``, ``tool_call_id``), ``X-Request-ID``, and an
   ``Idempotency-Key`` when it changes data (derived from the approval when there is one);
-- goes through the connection pool of the process's one ``httpx.AsyncClient`` (no redirects followed);
+- goes through the connection pool of the process's one ``httpx.AsyncClient``, as one
+  exchange on a kept-alive connection (``ServicePool.exchange``; no redirects followed);
 - reads the response body as sent, up to the tool's result limit and no further (it asks
   for ``identity``; a compressed body is refused, never inflated);
 - shares a kept-alive connection only with the same user's calls, and only when nothing is
@@ -48,12 +49,11 @@ from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContex
 from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
 from gateway.tools.http_transport import (
     IDENTITY,
-    PARTITION,
     EncodedBody,
-    RequestSender,
+    ServiceCall,
+    ServicePool,
     header_value,
     pool_of,
-    read_capped_response,
 )
 from gateway.tools.json_arguments import JsonSchemaArguments
 
@@ -93,7 +93,7 @@ class ServiceCalls:
     def __init__(self, signer: ServiceTokenSigner | None) -> None:
         self.signer = signer
         self._client: httpx.AsyncClient | None = None
-        self._pool: RequestSender | None = None
+        self._pool: ServicePool | None = None
 
     def attach(self, client: httpx.AsyncClient, transport: httpx.AsyncHTTPTransport) -> None:
         """``transport``: the one ``client`` was made with (``service_transport``)."""
@@ -111,7 +111,7 @@ class ServiceCalls:
         return self._client
 
     @property
-    def pool(self) -> RequestSender:
+    def pool(self) -> ServicePool:
         if self._pool is None:
             raise RuntimeError("the HTTP client is not started: HTTP tools run inside the app's lifespan")
         return self._pool
@@ -169,6 +169,8 @@ class HttpToolHandler:
         self._errors = errors
         self._method = request.method.encode("ascii")
         self._host = service.host_header
+        self._scheme = service.scheme.encode("ascii")
+        self._service_host = service.host.encode("ascii")
         self._fixed_headers = (
             (b"accept", b"application/json"),
             # A compressed body could expand past the size limit inside one read: read_capped refuses it.
@@ -184,7 +186,7 @@ class HttpToolHandler:
 
     async def __call__(self, ctx: ToolContext, arguments: Mapping[str, Any]) -> object:
         try:
-            url, body = self._request.build_request_url(self._service, arguments)
+            url, body = self._request.build_request_target(self._service, arguments)
         except ArgumentsInvalid as exc:
             raise ToolError(ErrorCode.INVALID_ARGUMENTS, exc.message) from None
         timeout_s = ctx.timeout_s or self._timeout_s
@@ -192,23 +194,23 @@ class HttpToolHandler:
             timeout_s, connect=min(self._connect_timeout_s, timeout_s)
         ).as_dict()
         max_result_bytes = ctx.max_result_bytes or self._max_result_bytes
-        request = httpcore.Request(
-            self._method,
-            url,
+        call = ServiceCall(
+            scheme=self._scheme,
+            host=self._service_host,
+            port=self._service.connect_port,
+            target=url,
+            method=self._method,
             headers=self._headers(ctx, body),
-            content=body,
+            body=body,
             # Only the same user's calls share a connection: see http_transport.
-            extensions={"timeout": timeout, PARTITION: (ctx.principal.tenant_id, ctx.principal.user_id)},
+            partition=(ctx.principal.tenant_id, ctx.principal.user_id),
+            timeouts=timeout,
+            limit=max_result_bytes,
+            error_limit=ERROR_BODY_LIMIT,
         )
         started = time.perf_counter()
         try:
-            response = await self._calls.pool.handle_async_request(request)
-            try:
-                status = response.status
-                success = 200 <= status < 300
-                data, complete = await read_capped_response(response, max_result_bytes if success else ERROR_BODY_LIMIT)
-            finally:
-                await response.aclose()
+            answer = await self._calls.pool.exchange(call)
         except httpcore.TimeoutException as exc:
             log.warning("service_call_timed_out", **self._log_fields, error_type=type(exc).__name__,
                         duration_ms=elapsed_ms(started))
@@ -224,14 +226,15 @@ class HttpToolHandler:
             ) from None
         except EncodedBody as exc:
             error_id = new_error_id()
-            log.warning("service_call_failed", **self._log_fields, status=status, error_id=error_id,
+            log.warning("service_call_failed", **self._log_fields, status=exc.status, error_id=error_id,
                         problem="encoded_body", content_encoding=exc.encoding, duration_ms=elapsed_ms(started))
             raise ToolError(ErrorCode.TOOL_EXECUTION_FAILED, "The service answered in a way this tool does not expect.",
                             retryable=False, error_id=error_id) from None
-        if success:
+        status = answer.status
+        if 200 <= status < 300:
             log.debug("service_call_finished", **self._log_fields, status=status, duration_ms=elapsed_ms(started))
-            return self._result(data, complete, response.headers)
-        raise self._error(status, data, response.headers, started)
+            return self._result(answer.body, answer.complete, answer.headers)
+        raise self._error(status, answer.body, answer.headers, started)
 
     def _headers(self, ctx: ToolContext, body: bytes | None) -> list[tuple[bytes, bytes]]:
         """The request's headers, as the pool sends them: what httpx would add itself (``Host``,

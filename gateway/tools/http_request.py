@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpcore
 import httpx
 import msgspec
 
@@ -85,15 +84,15 @@ class ServiceEndpoint:
         return url
 
 
-    def request_url(self, raw_path: str, raw_query: str) -> httpcore.URL:
-        """``url`` as the connection pool takes it: host and port are this service's own
-        fields, the request target only a path and a query (it starts with '/')."""
-        return httpcore.URL(
-            scheme=self.scheme.encode("ascii"),
-            host=self.host.encode("ascii"),
-            port=self.port,
-            target=self._target(raw_path, raw_query),
-        )
+    def request_target(self, raw_path: str, raw_query: str) -> bytes:
+        """``url``'s request target, as the connection pool sends it to this service's own
+        scheme, host and ``connect_port``: only a path and a query (it starts with '/')."""
+        return self._target(raw_path, raw_query)
+
+    @property
+    def connect_port(self) -> int:
+        """The port connections go to (the scheme's when the base URL names none)."""
+        return self.port if self.port is not None else _DEFAULT_PORTS[self.scheme]
 
     @property
     def host_header(self) -> bytes:
@@ -265,11 +264,12 @@ class RequestTemplate:
     def build(self, service: ServiceEndpoint, arguments: Mapping[str, Any]) -> tuple[httpx.URL, bytes | None]:
         return service.url(self.raw_path(arguments), self.raw_query(arguments)), self.json_body(arguments)
 
-    def build_request_url(
+    def build_request_target(
         self, service: ServiceEndpoint, arguments: Mapping[str, Any]
-    ) -> tuple[httpcore.URL, bytes | None]:
-        """``build`` for the connection pool (``ServiceEndpoint.request_url``)."""
-        return service.request_url(self.raw_path(arguments), self.raw_query(arguments)), self.json_body(arguments)
+    ) -> tuple[bytes, bytes | None]:
+        """``build`` for the connection pool: the request target (``ServiceEndpoint.request_target``)
+        and the body."""
+        return service.request_target(self.raw_path(arguments), self.raw_query(arguments)), self.json_body(arguments)
 
 
 def _path_value(value: Any) -> str:

@@ -2,6 +2,9 @@
 and the JWKS fetch share. Whatever a service sends, each call gets its own answer or an
 error, never bytes of another call; a connection with anything left over is not reused.
 
+Every test runs both ways through the pool: httpx's requests (model providers, the JWKS fetch)
+and ``ServicePool.exchange`` (HTTP tools).
+
 Every server here is a raw asyncio server on a loopback port: it answers each request with
 ``own:<path>``, so a call can tell its answer from another's, and misbehaves as a test says.
 """
@@ -18,7 +21,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
-from gateway.tools.http_transport import PARTITION, EncodedBody, read_capped, service_transport
+from types import SimpleNamespace
+
+import httpcore
+
+from gateway.tools.http_transport import (
+    PARTITION,
+    EncodedBody,
+    ServiceCall,
+    pool_of,
+    read_capped,
+    service_transport,
+)
 from tests.support.tls import client_context, server_context
 
 Misbehave = Callable[[int, bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
@@ -100,9 +114,54 @@ async def hostile() -> AsyncIterator[Callable[[Misbehave | None], Awaitable[tupl
         await server.stop()
 
 
-def client(tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=10, max_keepalive_connections=10)
-    return httpx.AsyncClient(transport=service_transport(limits=limits, ssl_context=tls), timeout=5)
+LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=10)
+
+
+class ExchangeClient:
+    """The HTTP tools' way through the pool (``ServicePool.exchange``), behind the few calls of
+    httpx's client these tests make."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self._transport = service_transport(limits=LIMITS, ssl_context=tls)
+        self._pool = pool_of(self._transport)
+
+    async def __aenter__(self) -> ExchangeClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._transport.aclose()
+
+    async def get(self, url: str, extensions: dict | None = None) -> SimpleNamespace:
+        return await self.send(b"GET", url, None, (extensions or {}).get(PARTITION))
+
+    async def post(self, url: str, content: bytes) -> SimpleNamespace:
+        return await self.send(b"POST", url, content, None)
+
+    async def send(self, method: bytes, url: str, body: bytes | None, partition: object) -> SimpleNamespace:
+        parsed = httpx.URL(url)
+        headers = [(b"host", parsed.netloc), (b"accept-encoding", b"identity")]
+        if body is not None:
+            headers.append((b"content-length", str(len(body)).encode()))
+        answer = await self._pool.exchange(ServiceCall(
+            scheme=parsed.scheme.encode(), host=parsed.host.encode(), port=parsed.port or 443, target=parsed.raw_path,
+            method=method, headers=headers, body=body, partition=partition,
+            timeouts={"connect": 5, "read": 5, "write": 5, "pool": 5}, limit=1024 * 1024, error_limit=4096,
+        ))
+        assert answer.complete
+        return SimpleNamespace(status_code=answer.status, text=answer.body.decode())
+
+
+@pytest.fixture(params=["httpx", "exchange"])
+def client(request: pytest.FixtureRequest) -> Callable[..., object]:
+    """Makes a client of the pool, one way or the other: ``client(tls=None)``."""
+
+    def make(tls: ssl.SSLContext | None = None) -> object:
+        if request.param == "exchange":
+            return ExchangeClient(tls)
+        return httpx.AsyncClient(transport=service_transport(limits=LIMITS, ssl_context=tls), timeout=5)
+
+    make.way = request.param  # type: ignore[attr-defined]
+    return make
 
 
 async def own_answer(http: httpx.AsyncClient, url: str, **kwargs: object) -> str:
@@ -111,7 +170,7 @@ async def own_answer(http: httpx.AsyncClient, url: str, **kwargs: object) -> str
     return response.text
 
 
-async def test_late_bytes_after_an_answer_never_become_the_next_calls_answer(hostile):
+async def test_late_bytes_after_an_answer_never_become_the_next_calls_answer(hostile, client):
     async def late_second_answer(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -137,7 +196,9 @@ async def test_late_bytes_after_an_answer_never_become_the_next_calls_answer(hos
     [answer(b"stale:/acme"), b"HTTP/1.1 200 OK\r\n", b"x"],
     ids=["a-second-answer", "half-an-answer", "one-byte"],
 )
-async def test_extra_bytes_in_the_answers_packet_never_become_the_next_calls_answer(hostile, extra: bytes):
+async def test_extra_bytes_in_the_answers_packet_never_become_the_next_calls_answer(
+    hostile, extra: bytes, client
+):
     async def extra_in_same_write(number: int, path: bytes, reader, writer) -> bool:
         if number != 1:
             return False
@@ -152,7 +213,9 @@ async def test_extra_bytes_in_the_answers_packet_never_become_the_next_calls_ans
     assert server.accepted == 2
 
 
-async def test_a_body_longer_than_its_content_length_is_cut_there_and_the_rest_is_not_the_next_answer(hostile):
+async def test_a_body_longer_than_its_content_length_is_cut_there_and_the_rest_is_not_the_next_answer(
+    hostile, client
+):
     async def too_long(number: int, path: bytes, reader, writer) -> bool:
         if number != 1:
             return False
@@ -170,7 +233,7 @@ async def test_a_body_longer_than_its_content_length_is_cut_there_and_the_rest_i
 
 
 async def test_an_answer_before_the_body_was_read_is_that_calls_and_the_body_is_never_answered_to_another(
-    hostile,
+    hostile, client
 ):
     """The service answers after the head and reads the unread body as its next request: the
     answer to that smuggled request must not reach the next call."""
@@ -191,7 +254,9 @@ async def test_an_answer_before_the_body_was_read_is_that_calls_and_the_body_is_
     assert server.accepted == 2
 
 
-async def test_an_answer_that_arrives_while_the_body_is_still_being_sent_closes_the_connection(hostile):
+async def test_an_answer_that_arrives_while_the_body_is_still_being_sent_closes_the_connection(
+    hostile, client
+):
     """The service answers, then reads (and drops) the body it did not wait for: its answer came
     before the request was sent, so nothing says what it reads next on that connection."""
     size = 32 * 1024 * 1024  # more than the sockets' buffers: the client is still writing
@@ -212,7 +277,7 @@ async def test_an_answer_that_arrives_while_the_body_is_still_being_sent_closes_
     assert server.accepted == 2
 
 
-async def test_a_close_delimited_body_is_read_to_the_end_and_its_connection_is_not_reused(hostile):
+async def test_a_close_delimited_body_is_read_to_the_end_and_its_connection_is_not_reused(hostile, client):
     async def close_delimited(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -228,7 +293,7 @@ async def test_a_close_delimited_body_is_read_to_the_end_and_its_connection_is_n
     assert server.accepted == 2
 
 
-async def test_a_chunked_body_with_trailers_is_read_whole_and_the_clean_connection_is_reused(hostile):
+async def test_a_chunked_body_with_trailers_is_read_whole_and_the_clean_connection_is_reused(hostile, client):
     async def chunked(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -244,7 +309,7 @@ async def test_a_chunked_body_with_trailers_is_read_whole_and_the_clean_connecti
     assert server.accepted == 1
 
 
-async def test_chunked_body_followed_by_extra_bytes_is_not_reused(hostile):
+async def test_chunked_body_followed_by_extra_bytes_is_not_reused(hostile, client):
     async def chunked_then_more(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -260,7 +325,7 @@ async def test_chunked_body_followed_by_extra_bytes_is_not_reused(hostile):
     assert server.accepted == 2
 
 
-async def test_informational_answers_before_the_answer_are_skipped(hostile):
+async def test_informational_answers_before_the_answer_are_skipped(hostile, client):
     async def informational_first(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -277,7 +342,7 @@ async def test_informational_answers_before_the_answer_are_skipped(hostile):
     assert server.accepted == 1
 
 
-async def test_a_reset_in_the_middle_of_a_body_fails_that_call_only(hostile):
+async def test_a_reset_in_the_middle_of_a_body_fails_that_call_only(hostile, client):
     async def reset_mid_body(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -290,13 +355,14 @@ async def test_a_reset_in_the_middle_of_a_body_fails_that_call_only(hostile):
 
     server, base = await hostile(reset_mid_body)
     async with client() as http:
-        with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+        with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError, httpcore.ReadError,
+                            httpcore.RemoteProtocolError)):
             await http.get(f"{base}/acme")
         assert await own_answer(http, f"{base}/globex") == "own:/globex"
     assert server.accepted == 2
 
 
-async def test_calls_of_two_partitions_never_share_a_connection(hostile):
+async def test_calls_of_two_partitions_never_share_a_connection(hostile, client):
     """No check can tell a late answer that arrives after the next request was sent from that
     request's answer: a service that writes its stale answer before it reads the next request
     would hand it to whoever sent that request. Different callers therefore never share."""
@@ -318,7 +384,7 @@ async def test_calls_of_two_partitions_never_share_a_connection(hostile):
     assert server.accepted == 2
 
 
-async def test_the_same_partition_reuses_a_clean_connection(hostile):
+async def test_the_same_partition_reuses_a_clean_connection(hostile, client):
     server, base = await hostile(None)
     async with client() as http:
         for path in ("/a", "/b", "/c"):
@@ -361,7 +427,7 @@ def bombs() -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
-async def test_a_compressed_body_is_refused_before_a_byte_is_inflated(hostile, bombs, encoding: str):
+async def test_a_compressed_body_is_refused_before_a_byte_is_inflated(hostile, bombs, encoding: str, client):
     body = bombs.get(encoding, bombs["gzip"])
     asked: list[bytes] = []
 
@@ -374,16 +440,23 @@ async def test_a_compressed_body_is_refused_before_a_byte_is_inflated(hostile, b
 
     server, base = await hostile(bomb)
     async with client() as http:
-        async with http.stream("GET", f"{base}/bomb", headers={"accept-encoding": "identity"}) as response:
-            asked.append(response.request.headers["accept-encoding"].encode())
-            with pytest.raises(EncodedBody):
-                await read_capped(response, 16 * 1024)
-            assert response.num_bytes_downloaded == 0  # refused on its header: nothing was read, nothing inflated
+        if client.way == "exchange":
+            with pytest.raises(EncodedBody) as refused:
+                await http.get(f"{base}/bomb")  # asks for identity, as HTTP tools do
+            assert (refused.value.encoding, refused.value.status) == (encoding, 200)
+            asked.append(b"identity")
+        else:
+            async with http.stream("GET", f"{base}/bomb", headers={"accept-encoding": "identity"}) as response:
+                asked.append(response.request.headers["accept-encoding"].encode())
+                with pytest.raises(EncodedBody):
+                    await read_capped(response, 16 * 1024)
+                assert response.num_bytes_downloaded == 0  # refused on its header: nothing read, nothing inflated
         assert await own_answer(http, f"{base}/globex") == "own:/globex"
     assert asked == [b"identity"]
+    assert server.accepted == 2  # the refused answer's connection was closed, its body unread
 
 
-def test_on_uvloop_too_a_call_gets_its_own_answer_and_late_bytes_close_the_connection():
+def test_on_uvloop_too_a_call_gets_its_own_answer_and_late_bytes_close_the_connection(client):
     """``gateway serve`` runs on uvloop, whose transports and sockets are its own types."""
     import uvloop
 
@@ -409,7 +482,7 @@ def test_on_uvloop_too_a_call_gets_its_own_answer_and_late_bytes_close_the_conne
     assert accepted == 2
 
 
-async def test_over_tls_a_clean_connection_is_reused_and_one_with_late_bytes_is_not():
+async def test_over_tls_a_clean_connection_is_reused_and_one_with_late_bytes_is_not(client):
     async def extra_after_acme(number: int, path: bytes, reader, writer) -> bool:
         if path != b"/acme":
             return False
@@ -430,7 +503,7 @@ async def test_over_tls_a_clean_connection_is_reused_and_one_with_late_bytes_is_
     assert server.accepted == 2
 
 
-async def test_partitions_whose_connections_are_gone_leave_nothing_behind_in_the_pool(hostile):
+async def test_partitions_whose_connections_are_gone_leave_nothing_behind_in_the_pool(hostile, client):
     """Every caller is a partition of its own: the pool must not keep an entry for each one
     it ever served (a process serving many users would grow without bound)."""
 
@@ -450,3 +523,27 @@ async def test_partitions_whose_connections_are_gone_leave_nothing_behind_in_the
                 partition = {PARTITION: ("acme", f"user-{user}")}
                 assert await own_answer(http, f"{base}/u{user}", extensions=partition) == f"own:/u{user}"
         assert pool._idle == {}  # noqa: SLF001
+
+
+async def test_an_answer_past_the_calls_limit_is_cut_there_and_its_connection_is_not_reused(hostile):
+    """HTTP tools read a body up to their result limit and no further: the rest stays unread,
+    so the connection holding it is closed, never handed to the next call."""
+
+    async def long_answer(number: int, path: bytes, reader, writer) -> bool:
+        if path != b"/long":
+            return False
+        writer.write(answer(b"own:/long" + b"x" * 200_000))
+        await writer.drain()
+        return True
+
+    server, base = await hostile(long_answer)
+    async with ExchangeClient() as http:
+        parsed = httpx.URL(f"{base}/long")
+        cut = await http._pool.exchange(ServiceCall(  # noqa: SLF001 -- the limit is the point here
+            scheme=b"http", host=parsed.host.encode(), port=parsed.port, target=b"/long", method=b"GET",
+            headers=[(b"host", parsed.netloc)], body=None, partition=None,
+            timeouts={"connect": 5, "read": 5, "write": 5, "pool": 5}, limit=1000, error_limit=100,
+        ))
+        assert (cut.status, cut.complete, cut.body) == (200, False, (b"own:/long" + b"x" * 200_000)[:1000])
+        assert (await http.get(f"{base}/globex")).text == "own:/globex"
+    assert server.accepted == 2

@@ -17,6 +17,7 @@ from gateway.execution.approvals import idempotency_key_for
 from gateway.tools.base import ToolContext
 from gateway.tools.config import load_http_tools
 from gateway.tools.http import ServiceCalls
+from gateway.tools.http_transport import service_transport
 from tests.integration.http_env import Caller, HttpEnv, http_env
 from tests.support.calls import set_policy
 from tests.support.tokens import auth_for
@@ -364,7 +365,7 @@ async def test_retried_execution_of_an_approved_call_applies_once(env: HttpEnv, 
         db=None,  # type: ignore[arg-type]  # an HTTP tool never touches the gateway's database
         idempotency_key=idempotency_key_for(approval_id),
     )
-    transport = httpx.AsyncHTTPTransport()
+    transport = service_transport(limits=httpx.Limits(max_connections=10, max_keepalive_connections=10))
     async with httpx.AsyncClient(transport=transport, timeout=10) as client:
         calls.attach(client, transport)
         again = await tool.handler(ctx, tool.arguments.decode(arguments).value)

@@ -147,12 +147,13 @@ def test_no_value_changes_scheme_host_port_or_path_shape(item_id: str, q: str, p
         with pytest.raises(ArgumentsInvalid):
             ITEM.build(SERVICE, arguments)
         with pytest.raises(ArgumentsInvalid):
-            ITEM.build_request_url(SERVICE, arguments)
+            ITEM.build_request_target(SERVICE, arguments)
         return
     url, body = ITEM.build(SERVICE, arguments)
     # What the connection pool is given (HTTP tools): the same origin and the same target.
-    sent, _ = ITEM.build_request_url(SERVICE, arguments)
-    assert (sent.scheme, sent.host, sent.port, sent.target) == (b"http", b"orders.internal", 8080, url.raw_path)
+    target, _ = ITEM.build_request_target(SERVICE, arguments)
+    assert target == url.raw_path
+    assert (SERVICE.scheme, SERVICE.host, SERVICE.connect_port) == ("http", "orders.internal", 8080)
     assert (url.scheme, url.host, url.port) == ("http", "orders.internal", 8080)
     assert url.userinfo == b"" and url.fragment == ""
     path, _, query = url.raw_path.decode("ascii").partition("?")
