@@ -38,6 +38,7 @@ import select
 import socket
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -155,7 +156,9 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         if transport is None or transport.is_closing():
             raise httpcore.WriteError("the connection is closed")
         transport.write(buffer)
-        while self._writing_paused:
+        # Once an answer came, waiting for a peer that stopped reading would only lose it: the
+        # transport sends what is buffered on its own, and the connection is never reused.
+        while self._writing_paused and not self.answered_early:
             try:
                 await self._wait(timeout)
             except TimeoutError:
@@ -169,8 +172,12 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        if transport.get_write_buffer_size():
-            transport.abort()  # a peer that stopped reading must not hold the socket open
+        if transport.get_write_buffer_size() or transport.get_extra_info("ssl_object") is not None:
+            # A peer that stopped reading must not hold the socket open; nor, over TLS, one that
+            # never answers close_notify (asyncio waits up to 30 s for it, the socket held all
+            # the while, outside max_connections). HTTP/1.1 frames its messages itself: no
+            # truncation to guard against.
+            transport.abort()
         else:
             transport.close()
 
@@ -271,9 +278,10 @@ class ServicePool:
 
     A request takes an idle connection of its origin and partition (skipping any that is not
     clean or whose keep-alive expired) or opens one, under ``max_connections`` for the whole
-    pool; when its response is closed, a clean connection goes back to its idle list (at most
-    ``max_keepalive_connections`` idle in all), any other is closed. Every step is constant
-    time, whatever the number of connections.
+    pool; when its response is closed, a clean connection goes back to its idle list, any other
+    is closed. At most ``max_keepalive_connections`` are idle in all: past that the least
+    recently released goes. Every step is constant time, whatever the number of connections
+    (an eviction removes from one partition's short list).
     """
 
     def __init__(
@@ -294,7 +302,9 @@ class ServicePool:
         self._idle: dict[_Key, list[Any]] = {}
         """Idle connections by origin and partition: ``ServiceConnection`` under keys of httpx's
         requests, ``ToolConnection`` under keys of ``exchange`` (their last member says which)."""
-        self._idle_count = 0
+        self._idle_order: OrderedDict[Any, _Key] = OrderedDict()
+        """Every idle connection, least recently released first: the one a full pool lets go."""
+        self._closed = False
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
         timeouts = request.extensions.get("timeout", {})
@@ -352,7 +362,7 @@ class ServicePool:
         idle = self._idle.get(key)
         while idle:
             connection = idle.pop()
-            self._idle_count -= 1
+            del self._idle_order[connection]
             if not idle:
                 # Partitions are callers: an entry left for each one ever served would grow
                 # without bound.
@@ -375,15 +385,27 @@ class ServicePool:
         return ServiceConnection(origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry)
 
     async def release(self, connection: ServiceConnection | ToolConnection, key: _Key) -> None:
+        """Give back ``connection``'s slot and keep it idle if it is clean. At most
+        ``max_keepalive_connections`` are kept, across origins and partitions: past that the least
+        recently used goes, so callers who never come back cannot keep the others' out."""
         self._slots.release()
-        if connection.reusable() and self._idle_count < self.max_keepalive_connections:
-            self._idle.setdefault(key, []).append(connection)
-            self._idle_count += 1
-        else:
+        if self._closed or self.max_keepalive_connections <= 0 or not connection.reusable():
             await connection.aclose()
+            return
+        self._idle.setdefault(key, []).append(connection)
+        self._idle_order[connection] = key
+        while len(self._idle_order) > self.max_keepalive_connections:
+            oldest, oldest_key = self._idle_order.popitem(last=False)
+            kept = self._idle[oldest_key]
+            kept.remove(oldest)
+            if not kept:
+                del self._idle[oldest_key]
+            await oldest.aclose()
 
     async def aclose(self) -> None:
-        idle, self._idle, self._idle_count = self._idle, {}, 0
+        """Close every idle connection; a call still in flight closes its own when it ends."""
+        self._closed = True
+        idle, self._idle, self._idle_order = self._idle, {}, OrderedDict()
         for connections in idle.values():
             for connection in connections:
                 await connection.aclose()
@@ -396,8 +418,9 @@ class ServicePool:
 
 
 _Key = tuple[bytes, bytes, int, Any]
-_TOOL = "tool"
-"""Marks the partition of ``exchange``'s keys: its connections are never handed to httpcore."""
+_TOOL = object()
+"""Marks the partition of ``exchange``'s keys (no partition a caller gives can equal it): its
+connections are never handed to httpcore."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +468,8 @@ class ToolConnection:
         self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_INCOMPLETE_EVENT_SIZE)
         self._keepalive_expiry = keepalive_expiry
         self._idle_since = time.monotonic()
+        self._clean = True
+        """False once an answer may have come before its request's body was read."""
 
     async def exchange(self, call: ServiceCall) -> ServiceAnswer:
         conn = self._h11
@@ -463,15 +488,15 @@ class ToolConnection:
             # answer is still this call's. The connection is not reused (answered_early, or h11's state).
             pass
         read_timeout = call.timeouts.get("read")
-        while True:
+        while True:  # 1xx answers are skipped (h11 refuses a 101 nobody asked for)
             event = await self._next_event(read_timeout)
             if isinstance(event, h11.Response):
                 break
-            if isinstance(event, h11.InformationalResponse) and event.status_code == 101:
-                # Switching protocols, unasked: the answer ends here and so does the connection.
-                await self.aclose()
-                return ServiceAnswer(status=101, headers=list(event.headers), body=b"", complete=True)
         status = event.status_code
+        if call.body and not 200 <= status < 300:
+            # How a service refuses a body it did not read (401, 413, ...): it may read that body
+            # as its next request, and answer it whenever, so the connection is not reused.
+            self._clean = False
         headers = list(event.headers)
         encoding = header_value(headers, b"content-encoding").decode("latin-1").strip().lower()
         if encoding not in ("", "identity"):
@@ -514,7 +539,9 @@ class ToolConnection:
         """The last exchange is complete (the next cycle started: both sides idle), the request
         went out before any answer arrived, and no byte is left over anywhere."""
         conn = self._h11
-        if conn.our_state is not h11.IDLE or conn.their_state is not h11.IDLE or self._stream.answered_early:
+        if not self._clean or self._stream.answered_early:
+            return False
+        if conn.our_state is not h11.IDLE or conn.their_state is not h11.IDLE:
             return False
         leftover, closed = conn.trailing_data
         return not leftover and not closed and not self._stream.unclaimed()
