@@ -663,7 +663,8 @@ FIELD_DOCS: dict[str, str] = {
     "service_token_issuer": "The `iss` claim of service tokens.",
     "service_token_ttl_s": "Lifetime of a service token, in seconds.",
     "http_max_connections": "Most connections the process's HTTP client opens to business services, in total.",
-    "http_max_keepalive_connections": "Idle connections the HTTP client keeps open for reuse.",
+    "http_max_keepalive_connections": "Idle connections the HTTP client keeps open for reuse, in total (past that "
+    "the least recently used is closed).",
     "http_connect_timeout_s": "Timeout to open a connection to a business service, in seconds (the call as a "
     "whole is bounded by the tool's timeout).",
     "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
