@@ -28,7 +28,7 @@
 -- The batch's created_at is the caller's clock: every time rule here (run expiry, approval
 -- expiry, stale calls) is decided at it, never at the database's clock.
 -- p_contents: the message content of each code the ledger decides.
-CREATE OR REPLACE FUNCTION gateway_admit_calls(p_batches jsonb, p_contents jsonb)
+CREATE OR REPLACE FUNCTION gateway_admit_calls_one_by_one(p_batches jsonb, p_contents jsonb)
 RETURNS TABLE (
     o_batch integer,
     o_tool_call_id text,
@@ -242,6 +242,183 @@ BEGIN
     IF cardinality(v_audit) > 0 THEN
         PERFORM gateway_append_audit(to_jsonb(v_audit));
     ELSIF NOT v_durable THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+END;
+$fn$;
+
+-- gateway_admit_calls: the same answers, rows and audit rows as gateway_admit_calls_one_by_one,
+-- with a few statements for the whole statement instead of several per call, in the common
+-- case: every call of the statement is new (its id unknown to its run and not twice in the
+-- statement), refused by no check, needs no approval and has no tool cap; every batch has calls;
+-- every run is the caller's, not expired at the time of its batches and has budget for all its
+-- calls. Then the loop would count every call, and refuse only those past the repeat limit: the
+-- statement counts them in one upsert, claims and decides them in one INSERT (a call past the
+-- limit stored refused, REPEATED_CALL), updates each run once and appends the audit rows in
+-- one call, in the calls' order. Anything else (a replay, a conflict, a refusal, an approval, a
+-- tool cap, a budget reached, an expired or unknown run) is decided call by call by
+-- gateway_admit_calls_one_by_one, before anything is written.
+--
+-- Runs are locked in the order of the batches (the caller's, by run id), as the loop locks them,
+-- and only then is tool_calls read: the rows of a run in tool_calls and run_call_counts are
+-- written only under its lock, so what is read is what the loop would find. Every table is read
+-- through its primary key: hash and merge joins are off (as in record_calls.sql), and plans are
+-- generic, so that a plan made once fits every statement.
+CREATE OR REPLACE FUNCTION gateway_admit_calls(p_batches jsonb, p_contents jsonb)
+RETURNS TABLE (
+    o_batch integer,
+    o_tool_call_id text,
+    o_decision text,
+    o_outcome text,
+    o_content text,
+    o_approval_id text,
+    o_approval_status text
+)
+LANGUAGE plpgsql
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    -- Each call, in the statement's order.
+    v_batch integer[];
+    v_run text[];
+    v_id text[];
+    v_tenant text[];
+    v_tool text[];
+    v_args_sha256 text[];
+    v_call_hash text[];
+    v_now timestamptz[];
+    v_result jsonb[];
+    v_audit jsonb[];
+    v_repeated boolean[];
+    -- Each run, in the order of its first batch; last_now: the latest time of its batches.
+    v_runs text[];
+    v_run_tenant text[];
+    v_run_user text[];
+    v_run_calls integer[];
+    v_run_last_now timestamptz[];
+    v_run_max_repeats integer[];
+    v_audit_rows jsonb;
+    v_read_only boolean;
+    v_common boolean;
+BEGIN
+    WITH calls AS MATERIALIZED (
+        SELECT b.n - 1 AS batch, b.value->'audit'->>'run_id' AS run, b.value->'audit'->>'tenant_id' AS tenant,
+               b.value->'audit'->>'user_id' AS owner, (b.value->'audit'->>'created_at')::timestamptz AS now,
+               c.audit->>'tool_call_id' AS id, c.audit->>'tool' AS tool, c.audit->>'arguments_sha256' AS args_sha256,
+               c.call_hash, c.result, c.read_only, b.value->'audit' || c.audit AS audit,
+               c.code IS NULL AND c.tool_cap IS NULL AND coalesce(c.needs_approval, 'false') = 'false'
+               AND c.call_hash IS NOT NULL AS plain
+          FROM jsonb_array_elements(p_batches) WITH ORDINALITY AS b(value, n)
+         CROSS JOIN LATERAL jsonb_to_recordset(b.value->'calls')
+               AS c(audit jsonb, code text, call_hash text, needs_approval text, tool_cap text, result jsonb,
+                    read_only text)
+    )
+    SELECT c.batch, c.run, c.id, c.tenant, c.tool, c.args_sha256, c.call_hash, c.now, c.result, c.audit,
+           c.read_only, c.common AND r.common AND c.batches = jsonb_array_length(p_batches),
+           r.runs, r.tenants, r.owners, r.calls, r.last_now
+      INTO v_batch, v_run, v_id, v_tenant, v_tool, v_args_sha256, v_call_hash, v_now, v_result, v_audit,
+           v_read_only, v_common,
+           v_runs, v_run_tenant, v_run_user, v_run_calls, v_run_last_now
+      -- In the calls' order: the rows of calls are in it.
+      FROM (SELECT array_agg(c.batch) AS batch, array_agg(c.run) AS run, array_agg(c.id) AS id,
+                   array_agg(c.tenant) AS tenant, array_agg(c.tool) AS tool, array_agg(c.args_sha256) AS args_sha256,
+                   array_agg(c.call_hash) AS call_hash, array_agg(c.now) AS now, array_agg(c.result) AS result,
+                   array_agg(c.audit) AS audit,
+                   coalesce(bool_and(c.read_only IS NOT DISTINCT FROM 'true'), true) AS read_only,
+                   coalesce(bool_and(c.plain AND c.id IS NOT NULL), false)
+                   AND count(DISTINCT (c.run, c.id)) = count(*) AS common,
+                   count(DISTINCT c.batch) AS batches
+              FROM calls c) AS c,
+           (SELECT array_agg(r.run) AS runs, array_agg(r.tenant) AS tenants, array_agg(r.owner) AS owners,
+                   array_agg(r.calls) AS calls, array_agg(r.last_now) AS last_now,
+                   coalesce(bool_and(r.one_owner AND r.run IS NOT NULL), false) AS common
+              FROM (SELECT c.run, min(c.tenant) AS tenant, min(c.owner) AS owner, count(*)::integer AS calls,
+                           max(c.now) AS last_now,
+                           min(c.tenant) = max(c.tenant) AND min(c.owner) = max(c.owner) AS one_owner
+                      FROM calls c GROUP BY c.run ORDER BY min(c.batch)) AS r) AS r;
+
+    IF v_common THEN
+        -- Lock every run, in the batches' order; each must be the caller's, not expired at the
+        -- latest time of its batches (nor then at an earlier one), with budget for all its calls.
+        SELECT count(*) = cardinality(v_runs)
+               AND coalesce(bool_and((l.expires_at IS NULL OR l.expires_at > v_run_last_now[l.i])
+                                     AND l.used_tool_calls + v_run_calls[l.i] <= l.max_tool_calls), false),
+               array_agg(l.max_repeats ORDER BY l.i)
+          INTO v_common, v_run_max_repeats
+          FROM (SELECT w.i::integer AS i, r.max_tool_calls, r.max_repeats, r.used_tool_calls, r.expires_at
+                  FROM unnest(v_runs, v_run_tenant, v_run_user) WITH ORDINALITY AS w(id, tenant, owner, i)
+                  JOIN runs r ON r.id = w.id AND r.tenant_id = w.tenant AND r.user_id = w.owner
+                 ORDER BY w.i
+                   FOR UPDATE OF r) AS l;
+    END IF;
+
+    IF v_common THEN
+        -- Under the locks: no id is known to its run.
+        SELECT NOT coalesce(bool_or(EXISTS (SELECT FROM tool_calls t
+                                             WHERE t.run_id = c.run AND t.tool_call_id = c.id)), false)
+          INTO v_common
+          FROM unnest(v_run, v_id) AS c(run, id);
+    END IF;
+
+    IF NOT v_common THEN
+        RETURN QUERY SELECT * FROM gateway_admit_calls_one_by_one(p_batches, p_contents);
+        RETURN;
+    END IF;
+
+    -- Every call is counted, as the loop counts it; its count is its run's count of its hash
+    -- after the calls before it in the statement, and past the run's repeat limit it is refused.
+    WITH counted AS (
+        INSERT INTO run_call_counts AS rc (run_id, call_hash, count)
+        SELECT c.run, c.call_hash, count(*) FROM unnest(v_run, v_call_hash) AS c(run, call_hash)
+         GROUP BY c.run, c.call_hash
+            ON CONFLICT (run_id, call_hash) DO UPDATE SET count = rc.count + excluded.count
+        RETURNING rc.run_id, rc.call_hash, rc.count
+    ), decided AS MATERIALIZED (
+        SELECT c.ord::integer AS ord,
+               k.count - count(*) OVER same_call + row_number() OVER (same_call ORDER BY c.ord)
+                   > v_run_max_repeats[array_position(v_runs, c.run)] AS repeated
+          FROM unnest(v_run, v_call_hash) WITH ORDINALITY AS c(run, call_hash, ord)
+          JOIN counted k ON k.run_id = c.run AND k.call_hash = c.call_hash
+        WINDOW same_call AS (PARTITION BY c.run, c.call_hash)
+         ORDER BY c.ord
+    ), claimed AS (
+        INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, arguments_sha256, status, created_at,
+                                outcome, content, finished_at)
+        SELECT v_run[d.ord], v_id[d.ord], v_tenant[d.ord], v_tool[d.ord], v_args_sha256[d.ord],
+               CASE WHEN d.repeated OR v_result[d.ord] IS NOT NULL THEN 'done' ELSE 'executing' END, v_now[d.ord],
+               CASE WHEN d.repeated THEN 'REPEATED_CALL' ELSE v_result[d.ord]->>'outcome' END,
+               CASE WHEN d.repeated THEN p_contents->>'REPEATED_CALL' ELSE v_result[d.ord]->>'content' END,
+               CASE WHEN d.repeated OR v_result[d.ord] IS NOT NULL THEN v_now[d.ord] END
+          FROM decided d
+    ), used AS (
+        UPDATE runs r SET used_tool_calls = r.used_tool_calls + w.calls
+          FROM unnest(v_runs, v_run_calls) AS w(id, calls)
+         WHERE r.id = w.id
+    )
+    SELECT array_agg(d.repeated),
+           jsonb_agg(v_audit[d.ord] || CASE WHEN d.repeated
+                                     THEN jsonb_build_object('kind', 'tool_call', 'outcome', 'REPEATED_CALL')
+                                     ELSE jsonb_build_object('kind', 'tool_call',
+                                                             'outcome', v_result[d.ord]->>'outcome',
+                                                             'duration_ms', v_result[d.ord]->'duration_ms',
+                                                             'error_id', v_result[d.ord]->'error_id')
+                                END) FILTER (WHERE d.repeated OR v_result[d.ord] IS NOT NULL)
+      INTO v_repeated, v_audit_rows
+      -- decided is in the calls' order
+      FROM decided d;
+
+    RETURN QUERY
+        SELECT c.batch, c.id,
+               CASE WHEN c.repeated THEN 'decided' WHEN c.result IS NULL THEN 'execute' ELSE 'executed' END,
+               CASE WHEN c.repeated THEN 'REPEATED_CALL' ELSE c.result->>'outcome' END,
+               CASE WHEN c.repeated THEN p_contents->>'REPEATED_CALL' END, NULL::text, NULL::text
+          FROM unnest(v_batch, v_id, v_result, v_repeated) AS c(batch, id, result, repeated);
+
+    IF v_audit_rows IS NOT NULL THEN
+        PERFORM gateway_append_audit(v_audit_rows);
+    ELSIF v_read_only THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
 END;
