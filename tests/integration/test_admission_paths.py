@@ -48,13 +48,15 @@ class PathLedger(PostgresLedger):
         self.went_call_by_call: list[bool] = []
 
     async def _admit_many(self, conn: Any, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
+        # Counted before and after, in one transaction: a function's counts of an earlier
+        # transaction on this connection may still show here until the server flushes them.
+        loop_calls = "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = $1"
         async with conn.transaction():
             await conn.execute("SET LOCAL track_functions = 'pl'")
+            before = await conn.fetchval(loop_calls, LOOP)
             grouped = await super()._admit_many(conn, items)
-            loops = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_xact_user_functions WHERE funcname = $1", LOOP
-            )
-        self.went_call_by_call.append(self.loop_only or loops > 0)
+            after = await conn.fetchval(loop_calls, LOOP)
+        self.went_call_by_call.append(self.loop_only or after > before)
         return grouped
 
 

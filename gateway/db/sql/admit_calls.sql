@@ -336,7 +336,9 @@ BEGIN
                    coalesce(bool_and(r.one_owner AND r.run IS NOT NULL), false) AS common
               FROM (SELECT c.run, min(c.tenant) AS tenant, min(c.owner) AS owner, count(*)::integer AS calls,
                            max(c.now) AS last_now,
-                           min(c.tenant) = max(c.tenant) AND min(c.owner) = max(c.owner) AS one_owner
+                           -- min and max skip NULLs: a batch naming no tenant or user is no owner
+                           count(c.tenant) = count(*) AND count(c.owner) = count(*)
+                           AND min(c.tenant) = max(c.tenant) AND min(c.owner) = max(c.owner) AS one_owner
                       FROM calls c GROUP BY c.run ORDER BY min(c.batch)) AS r) AS r;
 
     IF v_common THEN
