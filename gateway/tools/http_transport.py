@@ -308,11 +308,7 @@ class ServicePool:
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
         timeouts = request.extensions.get("timeout", {})
-        try:
-            async with asyncio.timeout(timeouts.get("pool")):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise httpcore.PoolTimeout() from None
+        await self._take_slot(timeouts.get("pool"))
         key = _key(request)
         connection: ServiceConnection | None = None
         try:
@@ -332,11 +328,7 @@ class ServicePool:
         """Send ``call`` and read its answer: the body up to ``call.limit`` bytes for a 2xx,
         ``call.error_limit`` for any other status. Raises httpcore's exceptions (timeouts,
         network and protocol errors) and ``EncodedBody``, as ``handle_async_request`` does."""
-        try:
-            async with asyncio.timeout(call.timeouts.get("pool")):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise httpcore.PoolTimeout() from None
+        await self._take_slot(call.timeouts.get("pool"))
         key = (call.scheme, call.host, call.port, (_TOOL, call.partition))
         connection: ToolConnection | None = None
         try:
@@ -349,6 +341,14 @@ class ServicePool:
             raise
         await self.release(connection, key)
         return answer
+
+    async def _take_slot(self, timeout: float | None) -> None:
+        """One of ``max_connections``, within ``timeout`` (``PoolTimeout`` past it)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise httpcore.PoolTimeout() from None
 
     async def _connect_tool(self, call: ServiceCall) -> ToolConnection:
         host = call.host.decode("ascii")
