@@ -76,18 +76,14 @@ class ServiceEndpoint:
                    audience=audience or name)
 
     def url(self, raw_path: str, raw_query: str) -> httpx.URL:
-        url = httpx.URL(scheme=self.scheme, host=self.host, port=self.port, raw_path=self._target(raw_path, raw_query))
+        url = httpx.URL(
+            scheme=self.scheme, host=self.host, port=self.port, raw_path=self.request_target(raw_path, raw_query)
+        )
         # Holds by construction; checked anyway, because a wrong host here is the one mistake
         # this module exists to make impossible.
         if url.scheme != self.scheme or url.host != self.host or url.port != self.port:
             raise RuntimeError("built a URL outside its service")
         return url
-
-
-    def request_target(self, raw_path: str, raw_query: str) -> bytes:
-        """``url``'s request target, as the connection pool sends it to this service's own
-        scheme, host and ``connect_port``: only a path and a query (it starts with '/')."""
-        return self._target(raw_path, raw_query)
 
     @property
     def connect_port(self) -> int:
@@ -100,7 +96,9 @@ class ServiceEndpoint:
         default = self.port is None or self.port == _DEFAULT_PORTS[self.scheme]
         return (self.host if default else f"{self.host}:{self.port}").encode("ascii")
 
-    def _target(self, raw_path: str, raw_query: str) -> bytes:
+    def request_target(self, raw_path: str, raw_query: str) -> bytes:
+        """``url``'s request target, as the connection pool sends it to this service's own
+        scheme, host and ``connect_port``: only a path and a query (it starts with '/')."""
         return (self.base_path + raw_path + (f"?{raw_query}" if raw_query else "")).encode("ascii")
 
 

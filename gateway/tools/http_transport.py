@@ -39,7 +39,7 @@ import socket
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -498,26 +498,30 @@ class ToolConnection:
             # as its next request, and answer it whenever, so the connection is not reused.
             self._clean = False
         headers = list(event.headers)
-        encoding = header_value(headers, b"content-encoding").decode("latin-1").strip().lower()
-        if encoding not in ("", "identity"):
-            raise EncodedBody(encoding, status)
-        limit = call.limit if 200 <= status < 300 else call.error_limit
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            event = await self._next_event(read_timeout)
-            if isinstance(event, h11.Data):
-                parts.append(bytes(event.data))
-                size += len(event.data)
-                if size > limit:
-                    # Left unread: the connection is closed when released (its exchange is not complete).
-                    return ServiceAnswer(status=status, headers=headers, body=b"".join(parts)[:limit], complete=False)
-            elif isinstance(event, h11.EndOfMessage):
-                break
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+        chunks = self._body(read_timeout)
+        try:
+            body, complete = await _read_capped(
+                header_value(headers, b"content-encoding").decode("latin-1"),
+                chunks,
+                call.limit if 200 <= status < 300 else call.error_limit,
+            )
+        except EncodedBody as exc:
+            raise EncodedBody(exc.encoding, status) from None
+        finally:
+            await chunks.aclose()
+        # A body cut at its limit leaves the exchange incomplete: the connection is closed when released.
+        if complete and conn.our_state is h11.DONE and conn.their_state is h11.DONE:
             conn.start_next_cycle()
             self._idle_since = time.monotonic()
-        return ServiceAnswer(status=status, headers=headers, body=b"".join(parts), complete=True)
+        return ServiceAnswer(status=status, headers=headers, body=body, complete=complete)
+
+    async def _body(self, timeout: float | None) -> AsyncGenerator[bytes, None]:
+        while True:
+            event = await self._next_event(timeout)
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return
 
     async def _next_event(self, timeout: float | None) -> Any:
         conn = self._h11
