@@ -117,6 +117,21 @@ async def hostile() -> AsyncIterator[Callable[[Misbehave | None], Awaitable[tupl
 LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=10)
 
 
+def service_call(url: str, *, method: bytes = b"GET", body: bytes | None = None, partition: object = None,
+                 timeout: float = 5.0, limit: int = 1024 * 1024, error_limit: int = 4096) -> ServiceCall:
+    """What an HTTP tool hands ``ServicePool.exchange`` for ``url`` (asking for identity)."""
+    parsed = httpx.URL(url)
+    headers = [(b"host", parsed.netloc), (b"accept-encoding", b"identity")]
+    if body is not None:
+        headers.append((b"content-length", str(len(body)).encode()))
+    return ServiceCall(
+        scheme=parsed.scheme.encode(), host=parsed.host.encode(), port=parsed.port or 443, target=parsed.raw_path,
+        method=method, headers=headers, body=body, partition=partition,
+        timeouts={"connect": timeout, "read": timeout, "write": timeout, "pool": timeout},
+        limit=limit, error_limit=error_limit,
+    )
+
+
 class ExchangeClient:
     """The HTTP tools' way through the pool (``ServicePool.exchange``), behind the few calls of
     httpx's client these tests make."""
@@ -138,15 +153,7 @@ class ExchangeClient:
         return await self.send(b"POST", url, content, None)
 
     async def send(self, method: bytes, url: str, body: bytes | None, partition: object) -> SimpleNamespace:
-        parsed = httpx.URL(url)
-        headers = [(b"host", parsed.netloc), (b"accept-encoding", b"identity")]
-        if body is not None:
-            headers.append((b"content-length", str(len(body)).encode()))
-        answer = await self._pool.exchange(ServiceCall(
-            scheme=parsed.scheme.encode(), host=parsed.host.encode(), port=parsed.port or 443, target=parsed.raw_path,
-            method=method, headers=headers, body=body, partition=partition,
-            timeouts={"connect": 5, "read": 5, "write": 5, "pool": 5}, limit=1024 * 1024, error_limit=4096,
-        ))
+        answer = await self._pool.exchange(service_call(url, method=method, body=body, partition=partition))
         assert answer.complete
         return SimpleNamespace(status_code=answer.status, text=answer.body.decode())
 
@@ -538,12 +545,9 @@ async def test_an_answer_past_the_calls_limit_is_cut_there_and_its_connection_is
 
     server, base = await hostile(long_answer)
     async with ExchangeClient() as http:
-        parsed = httpx.URL(f"{base}/long")
-        cut = await http._pool.exchange(ServiceCall(  # noqa: SLF001 -- the limit is the point here
-            scheme=b"http", host=parsed.host.encode(), port=parsed.port, target=b"/long", method=b"GET",
-            headers=[(b"host", parsed.netloc)], body=None, partition=None,
-            timeouts={"connect": 5, "read": 5, "write": 5, "pool": 5}, limit=1000, error_limit=100,
-        ))
+        cut = await http._pool.exchange(  # noqa: SLF001 -- the limit is the point here
+            service_call(f"{base}/long", limit=1000, error_limit=100)
+        )
         assert (cut.status, cut.complete, cut.body) == (200, False, (b"own:/long" + b"x" * 200_000)[:1000])
         assert (await http.get(f"{base}/globex")).text == "own:/globex"
     assert server.accepted == 2

@@ -12,20 +12,13 @@ import threading
 import httpx
 
 from gateway.tools.http_transport import PARTITION, ServiceCall, ToolConnection, pool_of, service_transport
-from tests.integration.test_http_hostile_services import answer, hostile  # noqa: F401 -- the fixture
+from tests.integration.test_http_hostile_services import answer, hostile, service_call  # noqa: F401 -- the fixture
 from tests.support.tls import client_context, server_context
 
 
 def call(base: str, path: bytes, partition: object = None, *, method: bytes = b"GET", body: bytes | None = None,
          timeout: float = 5.0) -> ServiceCall:
-    url = httpx.URL(base)
-    headers = [(b"host", url.netloc), (b"accept-encoding", b"identity")]
-    if body is not None:
-        headers.append((b"content-length", str(len(body)).encode()))
-    return ServiceCall(scheme=url.scheme.encode(), host=url.host.encode(), port=url.port or 443, target=path,
-                       method=method, headers=headers, body=body, partition=partition,
-                       timeouts={"connect": timeout, "read": timeout, "write": timeout, "pool": timeout},
-                       limit=1 << 20, error_limit=4096)
+    return service_call(base + path.decode(), method=method, body=body, partition=partition, timeout=timeout)
 
 
 def transport_with(*, max_connections: int = 10, max_keepalive: int = 10, keepalive_expiry: float = 5.0,
