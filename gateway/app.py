@@ -38,6 +38,7 @@ from gateway.api.jwks import public_keys
 from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
+from gateway.api.tool_calls_lane import ToolCallsLane
 from gateway.audit.export import ExportSlots
 from gateway.console.routes import console_routers
 from gateway.console.oidc import OidcClient
@@ -236,6 +237,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 slot.remove()
             log.info("gateway_stopped", drained=drained)
 
+    handlers = exception_handlers(metrics)
     app = Litestar(
         route_handlers=[
             healthz,
@@ -271,7 +273,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         ],
         dependencies=service_providers(slot),
         state=State({SLOT_KEY: slot}),
-        exception_handlers=exception_handlers(metrics),  # type: ignore[arg-type]
+        exception_handlers=handlers,  # type: ignore[arg-type]
         # Every body and query is decoded under one rule (gateway.api.decoding).
         request_class=request_class(max_json_depth=settings.requests.max_json_depth),
         before_request=check_request,
@@ -296,7 +298,16 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     answer_options_with_every_method(app)
     # Outside Litestar's exception handling, so every response (404s of unknown routes
     # included) carries the request id and every log line of the request is bound to it.
-    app.asgi_handler = RequestContextMiddleware(app.asgi_handler, metrics=metrics, in_flight=in_flight)
+    # The hot route's plain requests skip the framework's layers (gateway.api.tool_calls_lane);
+    # the rest, and every error's answer, are Litestar's.
+    lane = ToolCallsLane(
+        app.asgi_handler,
+        litestar=app,
+        services=slot,
+        handlers=handlers,
+        max_body_bytes=settings.requests.max_body_bytes,
+    )
+    app.asgi_handler = RequestContextMiddleware(lane, metrics=metrics, in_flight=in_flight)
     return app
 
 

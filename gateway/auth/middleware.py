@@ -9,6 +9,7 @@ from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
 from gateway.auth.directory import TenantDirectory
+from gateway.auth.principal import Principal
 from gateway.auth.tokens import InvalidToken, TokenVerifier
 from gateway.errors import ErrorCode, GatewayError
 from gateway.logging import bind_request
@@ -54,6 +55,27 @@ def _authorization_header(headers: list[tuple[bytes, bytes]]) -> str:
     return ""
 
 
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The request's bearer token, stripped; None when it has none."""
+    scheme, _, token = _authorization_header(headers).partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def cached_caller(token: str, verifier: TokenVerifier, directory: TenantDirectory) -> Principal | None:
+    """The caller of a token verified recently, of a tenant whose entry is fresh and enabled,
+    without awaiting anything; None when any of it needs the full check (or a refusal)."""
+    claims = verifier.cached(token)
+    if claims is None:
+        return None
+    principal = directory.cached_principal(claims.tenant_id, claims.sub, claims.roles)
+    if principal is None or directory.is_disabled(principal.tenant_id):
+        return None
+    return principal
+
+
 class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     """Verifies the bearer token and finds its tenant with the app's services (``services``);
     Litestar's own options (``exclude``, ``exclude_http_methods``) pass through."""
@@ -73,15 +95,13 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
     async def _authenticate(self, connection: ASGIConnection) -> AuthenticationResult:
         # Read from the raw header list: building the request's header mapping costs more than
         # everything else a cached token needs here.
-        header = _authorization_header(connection.scope["headers"])
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(connection.scope["headers"])
+        if token is None:
             log.info("authentication_failed", reason="missing_bearer")
             raise unauthenticated(connection)
         services = self._services.services
         verifier: TokenVerifier = services.token_verifier
         directory: TenantDirectory = services.tenant_directory
-        token = token.strip()
         claims = verifier.cached(token)
         if claims is None:
             try:

@@ -36,12 +36,17 @@ class RateLimitMiddleware:
         limiter: RateLimiter | None = self._services.services.rate_limiter
         if limiter is None:  # the app installs this middleware only with a limiter
             return
-        try:
-            await limiter.check(principal.tenant_id, principal.user_id)
-        except RateLimited as exc:
-            log.info("rate_limited", scope=exc.scope, retry_after_s=exc.retry_after)
-            raise GatewayError(
-                ErrorCode.RATE_LIMITED,
-                f"Too many requests for this {exc.scope}; retry after {exc.retry_after} s.",
-                headers={"Retry-After": str(exc.retry_after)},
-            ) from None
+        await spend_rate(limiter, principal)
+
+
+async def spend_rate(limiter: RateLimiter, principal: Principal) -> None:
+    """Spend one token of the caller's tenant and user, or raise ``RATE_LIMITED`` with ``Retry-After``."""
+    try:
+        await limiter.check(principal.tenant_id, principal.user_id)
+    except RateLimited as exc:
+        log.info("rate_limited", scope=exc.scope, retry_after_s=exc.retry_after)
+        raise GatewayError(
+            ErrorCode.RATE_LIMITED,
+            f"Too many requests for this {exc.scope}; retry after {exc.retry_after} s.",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from None
