@@ -237,7 +237,6 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 slot.remove()
             log.info("gateway_stopped", drained=drained)
 
-    handlers = exception_handlers(metrics)
     app = Litestar(
         route_handlers=[
             healthz,
@@ -273,7 +272,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         ],
         dependencies=service_providers(slot),
         state=State({SLOT_KEY: slot}),
-        exception_handlers=handlers,  # type: ignore[arg-type]
+        exception_handlers=exception_handlers(metrics),  # type: ignore[arg-type]
         # Every body and query is decoded under one rule (gateway.api.decoding).
         request_class=request_class(max_json_depth=settings.requests.max_json_depth),
         before_request=check_request,
@@ -300,13 +299,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     # included) carries the request id and every log line of the request is bound to it.
     # The hot route's plain requests skip the framework's layers (gateway.api.tool_calls_lane);
     # the rest, and every error's answer, are Litestar's.
-    lane = ToolCallsLane(
-        app.asgi_handler,
-        litestar=app,
-        services=slot,
-        handlers=handlers,
-        max_body_bytes=settings.requests.max_body_bytes,
-    )
+    lane = ToolCallsLane.in_front_of(app, services=slot, rate_limited=settings.rate_limits.enabled)
     app.asgi_handler = RequestContextMiddleware(lane, metrics=metrics, in_flight=in_flight)
     return app
 

@@ -87,6 +87,11 @@ class ServicesSlot:
         self._services = None
 
     @property
+    def installed(self) -> Services | None:
+        """The services, or None outside the lifespan (for a caller that then steps aside)."""
+        return self._services
+
+    @property
     def services(self) -> Services:
         services = self._services
         if services is None:

@@ -25,26 +25,36 @@ import re
 from typing import Any
 
 from litestar import Litestar, Request
+from litestar._asgi.utils import is_valid_host
+from litestar.handlers import HTTPRouteHandler
+from litestar.routes import HTTPRoute
 from litestar.exceptions import InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.context import request_id_of
+from gateway.api.decoding import check_request
 from gateway.api.errors import CLIENT_DISCONNECTED, ErrorHandler
+from gateway.api.openapi import TOOL_CALLS_PATH
 from gateway.api.params import RESOURCE_ID_PATTERN
 from gateway.api.tool_answer import encode_tool_messages
-from gateway.auth.middleware import bearer_token, cached_caller
+from gateway.auth.middleware import JWTAuthenticationMiddleware, bearer_token, cached_caller
 from gateway.logging import bind_request
 from gateway.observability.timing import AUTH, STATE_KEY
-from gateway.ratelimit.middleware import spend_rate
+from gateway.ratelimit.middleware import RateLimitMiddleware, spend_rate
 from gateway.wiring import ServicesSlot
 
-_ROUTE = re.compile(r"/v1/runs/(" + RESOURCE_ID_PATTERN.strip("^$") + r")/tool-calls")
+_ROUTE = re.compile(re.escape(TOOL_CALLS_PATH).replace(re.escape("{run_id}"), "(" + RESOURCE_ID_PATTERN.strip("^$") + ")"))
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+class LaneMismatch(RuntimeError):
+    """The route has something the lane would skip: the app refuses to start."""
+
+
 class ToolCallsLane:
-    """The lane in front of ``app`` (the Litestar app's handler); ``litestar`` answers errors."""
+    """The lane in front of ``app`` (the Litestar app's handler); ``litestar`` answers errors.
+    Made by ``in_front_of``, which checks that the route has nothing the lane would skip."""
 
     def __init__(
         self,
@@ -52,7 +62,7 @@ class ToolCallsLane:
         *,
         litestar: Litestar,
         services: ServicesSlot,
-        handlers: dict[type[Exception], ErrorHandler],
+        handlers: dict[Any, ErrorHandler],
         max_body_bytes: int,
     ) -> None:
         self.app = app
@@ -63,19 +73,60 @@ class ToolCallsLane:
         self.taken = 0
         """Requests this lane answered (the rest went to the app): for tests and curiosity."""
 
+    @classmethod
+    def in_front_of(cls, litestar: Litestar, *, services: ServicesSlot, rate_limited: bool) -> ToolCallsLane:
+        """The lane for ``litestar``'s tool-calls route, with the route's own body limit and
+        exception handlers; ``LaneMismatch`` when the route has a step the lane does not take."""
+        handler = route_handler(litestar)
+        expected_middleware = [JWTAuthenticationMiddleware, *([RateLimitMiddleware] if rate_limited else [])]
+        middleware = [getattr(m, "middleware", m) for m in handler.resolve_middleware()]
+        skipped = {
+            "guards": handler.resolve_guards(),
+            # (Litestar lists them innermost first; what matters is that nothing was added)
+            "middleware": [] if sorted(map(id, middleware)) == sorted(map(id, expected_middleware)) else middleware,
+            "before_request": [h for h in [handler.resolve_before_request()] if h not in (None, check_request)],
+            "after_request": [layer.after_request for layer in handler.ownership_layers if layer.after_request],
+            "after_response": [h for h in [handler.resolve_after_response()] if h is not None],
+            "response_headers": list(handler.resolve_response_headers()),
+            "response_cookies": list(handler.resolve_response_cookies()),
+            "status-code exception handlers": [k for k in handler.resolve_exception_handlers() if isinstance(k, int)],
+            "allowed_hosts": [litestar.allowed_hosts] if litestar.allowed_hosts else [],
+            "cors": [litestar.cors_config] if litestar.cors_config else [],
+            "csrf": [litestar.csrf_config] if litestar.csrf_config else [],
+            "compression": [litestar.compression_config] if litestar.compression_config else [],
+        }
+        found = {what: items for what, items in skipped.items() if items}
+        if found:
+            raise LaneMismatch(f"the tool-calls route has what its fast lane would skip: {found}")
+        max_body = handler.resolve_request_max_body_size()
+        if max_body is None:
+            raise LaneMismatch("the tool-calls route has no body limit")
+        return cls(
+            litestar.asgi_handler,
+            litestar=litestar,
+            services=services,
+            handlers=dict(handler.resolve_exception_handlers()),
+            max_body_bytes=max_body,
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["query_string"]:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope["query_string"]
+            or scope.get("root_path")
+        ):
             await self.app(scope, receive, send)
             return
         route = _ROUTE.fullmatch(scope["path"])
-        declared = _declared_length(scope["headers"]) if route is not None else None
-        if route is None or declared == _INVALID:
+        declared = _plain_headers(scope["headers"]) if route is not None else _NOT_PLAIN
+        services = self._services.installed
+        if declared is _NOT_PLAIN or services is None:
             await self.app(scope, receive, send)
             return
         timer = scope["state"][STATE_KEY]
         timer.begin()
         token = bearer_token(scope["headers"])
-        services = self._services.services
         principal = (
             cached_caller(token, services.token_verifier, services.tenant_directory) if token is not None else None
         )
@@ -107,7 +158,7 @@ class ToolCallsLane:
         )
         await send({"type": "http.response.body", "body": answer})
 
-    async def _body(self, receive: Receive, declared: int | None) -> bytes:
+    async def _body(self, receive: Receive, declared: Any) -> bytes:
         """The whole body, refused as the framework refuses it: over the limit (by its declared
         length or as it arrives) with 413, a client gone mid-body with its disconnect."""
         limit = self._max_body_bytes
@@ -119,6 +170,8 @@ class ToolCallsLane:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise InternalServerException(CLIENT_DISCONNECTED)
+            if message["type"] != "http.request":
+                continue  # as the framework's reader: only body messages count
             chunk = message.get("body", b"")
             if chunk:
                 size += len(chunk)
@@ -145,17 +198,37 @@ class ToolCallsLane:
 
 
 
-_INVALID = -1
+_NOT_PLAIN = object()
 
 
-def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The ``Content-Length`` as a number; None when absent, ``_INVALID`` when it is not one
-    (the app answers that)."""
+def _plain_headers(headers: list[tuple[bytes, bytes]]) -> Any:
+    """The declared ``Content-Length`` (None when absent) of a request whose headers the
+    framework would pass to the route; ``_NOT_PLAIN`` for one whose length is no number or
+    whose ``Host`` it refuses (the app answers those)."""
+    declared: int | None = None
+    seen_length = seen_host = False
     for name, value in headers:
-        if name == b"content-length":
+        name = name.lower()
+        if name == b"content-length" and not seen_length:
+            seen_length = True
             try:
                 declared = int(value)
             except ValueError:
-                return _INVALID
-            return declared if declared >= 0 else _INVALID
-    return None
+                return _NOT_PLAIN
+            if declared < 0:
+                return _NOT_PLAIN
+        elif name == b"host" and not seen_host:
+            seen_host = True
+            if not is_valid_host(value):
+                return _NOT_PLAIN
+    return declared
+
+
+def route_handler(litestar: Litestar) -> HTTPRouteHandler:
+    """The handler of ``POST`` on the tool-calls route."""
+    for route in litestar.routes:
+        if isinstance(route, HTTPRoute) and route.path_format == TOOL_CALLS_PATH:
+            for handler in route.route_handlers:
+                if "POST" in handler.http_methods:
+                    return handler
+    raise LaneMismatch(f"the app has no POST {TOOL_CALLS_PATH}")

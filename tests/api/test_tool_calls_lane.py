@@ -181,3 +181,109 @@ async def test_an_expired_token_is_not_taken_from_the_cache(seeded_pg_url):
         response = await client.post(**post(run, json.dumps(batch(tool_call("add", {"a": 1, "b": 2}))), headers))
         assert_error(response, 401, "UNAUTHENTICATED")
         assert lane_of(app).taken == taken
+
+
+async def test_a_host_the_framework_refuses_goes_to_the_framework(seeded_pg_url):
+    async with gateway(seeded_pg_url, lane=True) as (client, app):
+        run = await warm(client, ALICE)
+        taken = lane_of(app).taken
+        request = post(run, json.dumps(batch(tool_call("add", {"a": 1, "b": 2}))), headers={"host": 'a/b"<c>'})
+        response = await client.post(**request)
+        assert_error(response, 400, "INVALID_REQUEST")
+        assert lane_of(app).taken == taken
+        assert await db.audit_rows(seeded_pg_url, run_id=run, kind="tool_call") == []
+
+
+class Recorder:
+    """An inner app that only notes that it was called."""
+
+    def __init__(self) -> None:
+        self.called = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.called += 1
+
+
+def plain_scope(**changes: Any) -> dict[str, Any]:
+    scope = {
+        "type": "http", "method": "POST", "path": "/v1/runs/run_1/tool-calls", "query_string": b"",
+        "root_path": "", "headers": [(b"host", b"x"), (b"authorization", b"Bearer t")], "state": {},
+    }
+    scope.update(changes)
+    return scope
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        pytest.param(plain_scope(services=False), id="no services yet (before the lifespan, or after it)"),
+        pytest.param(plain_scope(root_path="/api"), id="a root path (the framework strips it before routing)"),
+        pytest.param(plain_scope(headers=[(b"Content-Length", b"-1")]), id="a negative length"),
+        pytest.param(plain_scope(headers=[(b"Content-Length", b"ten")]), id="a length named in capitals"),
+        pytest.param(plain_scope(type="websocket"), id="a websocket"),
+        pytest.param(plain_scope(method="PUT"), id="another method"),
+    ],
+)
+async def test_the_lane_steps_aside_before_touching_anything(scope):
+    from gateway.wiring import ServicesSlot
+
+    app = create_app(make_settings("postgresql+asyncpg://nobody@127.0.0.1:1/none"))
+    inner = Recorder()
+    slot = ServicesSlot()
+    if scope.pop("services", True):
+        # Not real services: a lane that went on past its checks would fail on them at once.
+        slot.install(object())  # type: ignore[arg-type]
+    lane = ToolCallsLane(inner, litestar=app, services=slot, handlers={}, max_body_bytes=10)
+
+    async def nothing() -> Any:
+        raise AssertionError("the lane read the body")
+
+    async def no_send(message: Any) -> None:
+        raise AssertionError("the lane answered")
+
+    await lane(scope, nothing, no_send)
+    assert inner.called == 1
+    assert lane.taken == 0
+
+
+def a_guard(connection: Any, handler: Any) -> None:
+    """A guard the route might one day be given."""
+
+
+async def an_after_request(response: Any) -> Any:
+    return response
+
+
+@pytest.mark.parametrize(
+    ("layer", "named"),
+    [
+        pytest.param({"guards": [a_guard]}, "guards", id="a guard"),
+        pytest.param({"after_request": an_after_request}, "after_request", id="an after-request hook"),
+        pytest.param({"response_headers": {"x-extra": "1"}}, "response_headers", id="a response header"),
+        pytest.param({"middleware_extra": True}, "middleware", id="another middleware"),
+    ],
+)
+def test_an_app_whose_route_has_a_step_the_lane_skips_does_not_start(layer, named):
+    from litestar.middleware.base import DefineMiddleware
+    from litestar.middleware.logging import LoggingMiddlewareConfig
+
+    from gateway.api.dependencies import service_providers
+    from gateway.api.runs import RunController
+    from gateway.api.tool_calls_lane import LaneMismatch
+    from gateway.auth.middleware import JWTAuthenticationMiddleware
+    from gateway.wiring import ServicesSlot
+
+    slot = ServicesSlot()
+    options = dict(layer)
+    extra = [LoggingMiddlewareConfig().middleware] if options.pop("middleware_extra", False) else []
+
+    def app_with(*more_middleware: Any, **more: Any) -> Litestar:
+        return Litestar(
+            route_handlers=[RunController],
+            middleware=[DefineMiddleware(JWTAuthenticationMiddleware, services=slot), *more_middleware],
+            dependencies=service_providers(slot), request_max_body_size=1000, logging_config=None, **more,
+        )
+
+    assert ToolCallsLane.in_front_of(app_with(), services=slot, rate_limited=False)  # as made: no step skipped
+    with pytest.raises(LaneMismatch, match=named):
+        ToolCallsLane.in_front_of(app_with(*extra, **options), services=slot, rate_limited=False)
