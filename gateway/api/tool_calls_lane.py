@@ -27,6 +27,7 @@ from typing import Any
 from litestar import Litestar, Request
 from litestar._asgi.utils import is_valid_host
 from litestar.handlers import HTTPRouteHandler
+from litestar.middleware._internal.exceptions import ExceptionHandlerMiddleware
 from litestar.routes import HTTPRoute
 from litestar.exceptions import InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
@@ -37,6 +38,7 @@ from gateway.api.decoding import check_request
 from gateway.api.errors import CLIENT_DISCONNECTED, ErrorHandler
 from gateway.api.openapi import TOOL_CALLS_PATH
 from gateway.api.params import RESOURCE_ID_PATTERN
+from gateway.api.runs import RunController
 from gateway.api.tool_answer import encode_tool_messages
 from gateway.auth.middleware import JWTAuthenticationMiddleware, bearer_token, cached_caller
 from gateway.logging import bind_request
@@ -64,38 +66,24 @@ class ToolCallsLane:
         services: ServicesSlot,
         handlers: dict[Any, ErrorHandler],
         max_body_bytes: int,
+        type_encoders: Any = None,
     ) -> None:
         self.app = app
         self._litestar = litestar
         self._services = services
         self._handlers = handlers
         self._max_body_bytes = max_body_bytes
+        self._type_encoders = type_encoders if type_encoders is not None else litestar.type_encoders
         self.taken = 0
         """Requests this lane answered (the rest went to the app): for tests and curiosity."""
 
     @classmethod
     def in_front_of(cls, litestar: Litestar, *, services: ServicesSlot, rate_limited: bool) -> ToolCallsLane:
         """The lane for ``litestar``'s tool-calls route, with the route's own body limit and
-        exception handlers; ``LaneMismatch`` when the route has a step the lane does not take."""
+        exception handlers; ``LaneMismatch`` when the route, or the app around it, has a step
+        the lane does not take."""
         handler = route_handler(litestar)
-        expected_middleware = [JWTAuthenticationMiddleware, *([RateLimitMiddleware] if rate_limited else [])]
-        middleware = [getattr(m, "middleware", m) for m in handler.resolve_middleware()]
-        skipped = {
-            "guards": handler.resolve_guards(),
-            # (Litestar lists them innermost first; what matters is that nothing was added)
-            "middleware": [] if sorted(map(id, middleware)) == sorted(map(id, expected_middleware)) else middleware,
-            "before_request": [h for h in [handler.resolve_before_request()] if h not in (None, check_request)],
-            "after_request": [layer.after_request for layer in handler.ownership_layers if layer.after_request],
-            "after_response": [h for h in [handler.resolve_after_response()] if h is not None],
-            "response_headers": list(handler.resolve_response_headers()),
-            "response_cookies": list(handler.resolve_response_cookies()),
-            "status-code exception handlers": [k for k in handler.resolve_exception_handlers() if isinstance(k, int)],
-            "allowed_hosts": [litestar.allowed_hosts] if litestar.allowed_hosts else [],
-            "cors": [litestar.cors_config] if litestar.cors_config else [],
-            "csrf": [litestar.csrf_config] if litestar.csrf_config else [],
-            "compression": [litestar.compression_config] if litestar.compression_config else [],
-        }
-        found = {what: items for what, items in skipped.items() if items}
+        found = {what: items for what, items in _skipped_steps(litestar, handler, rate_limited).items() if items}
         if found:
             raise LaneMismatch(f"the tool-calls route has what its fast lane would skip: {found}")
         max_body = handler.resolve_request_max_body_size()
@@ -107,6 +95,7 @@ class ToolCallsLane:
             services=services,
             handlers=dict(handler.resolve_exception_handlers()),
             max_body_bytes=max_body,
+            type_encoders=handler.resolve_type_encoders(),
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -185,7 +174,7 @@ class ToolCallsLane:
         handler = self._handler_for(exc)
         request: Request[Any, Any, Any] = self._litestar.request_class(scope=scope, receive=receive, send=send)
         response = handler(request, exc)
-        await response.to_asgi_response(app=None, request=request, type_encoders=self._litestar.type_encoders)(
+        await response.to_asgi_response(app=None, request=request, type_encoders=self._type_encoders)(
             scope, receive, send
         )
 
@@ -222,6 +211,51 @@ def _plain_headers(headers: list[tuple[bytes, bytes]]) -> Any:
             if not is_valid_host(value):
                 return _NOT_PLAIN
     return declared
+
+
+def _skipped_steps(litestar: Litestar, handler: HTTPRouteHandler, rate_limited: bool) -> dict[str, list[Any]]:
+    """What the framework would do for the route that the lane does not: every list must be empty."""
+    # Litestar lists a route's middleware innermost first.
+    expected = [*([RateLimitMiddleware] if rate_limited else []), JWTAuthenticationMiddleware]
+    middleware = handler.resolve_middleware()
+    classes = [getattr(m, "middleware", m) for m in middleware]
+    sample_path = TOOL_CALLS_PATH.replace("{run_id}", "run_x")
+    unauthenticated = [
+        pattern
+        for m in middleware
+        if getattr(m, "middleware", None) is JWTAuthenticationMiddleware
+        for pattern in m.kwargs.get("exclude") or []
+        if re.search(pattern, sample_path)
+    ]
+    handlers = handler.resolve_exception_handlers()
+    return {
+        "the handler": [] if getattr(handler.fn, "__code__", None) is RunController.execute_tool_calls.fn.__code__
+        and list(handler.parsed_fn_signature.parameters) == ["request", "run_id"] else [handler.fn],
+        "guards": handler.resolve_guards(),
+        "middleware": [] if classes == expected else classes,
+        "paths excluded from authentication": unauthenticated
+        + (["opt exclude_from_auth"] if handler.opt.get("exclude_from_auth") else []),
+        "layered parameters": list(handler.resolve_layered_parameters()),
+        # check_request reads only the query (the lane takes none) and a `data` field (the route has none)
+        "before_request": [h for h in [handler.resolve_before_request()] if h not in (None, check_request)],
+        "after_request": [layer.after_request for layer in handler.ownership_layers if layer.after_request],
+        "after_response": [h for h in [handler.resolve_after_response()] if h is not None],
+        "response_headers": list(handler.resolve_response_headers()),
+        "response_cookies": list(handler.resolve_response_cookies()),
+        "response cache": [handler.cache] if handler.cache else [],
+        "exception handlers by status, or none for Exception": [k for k in handlers if isinstance(k, int)]
+        + ([] if Exception in handlers else ["no Exception handler"]),
+        "after_exception": list(litestar.after_exception),
+        "pdb_on_exception": [True] if litestar.pdb_on_exception else [],
+        "logging_config": [litestar.logging_config] if litestar.logging_config else [],
+        "allowed_hosts": [litestar.allowed_hosts] if litestar.allowed_hosts else [],
+        "cors": [litestar.cors_config] if litestar.cors_config else [],
+        "csrf": [litestar.csrf_config] if litestar.csrf_config else [],
+        "compression": [litestar.compression_config] if litestar.compression_config else [],
+        # a plugin that wraps the app's handler (OpenTelemetry's does) would be passed by
+        "a wrapped handler": [] if isinstance(litestar.asgi_handler, ExceptionHandlerMiddleware)
+        and litestar.asgi_handler.app is litestar.asgi_router else [litestar.asgi_handler],
+    }
 
 
 def route_handler(litestar: Litestar) -> HTTPRouteHandler:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import jwt
 import pytest
 import sqlalchemy as sa
 from litestar import Litestar
+from litestar.params import HeaderParameter
 from litestar.testing import AsyncTestClient
 
 from gateway.api.context import RequestContextMiddleware
@@ -171,13 +174,13 @@ async def test_a_tenant_disabled_after_its_caller_was_cached_is_refused(seeded_p
 
 async def test_an_expired_token_is_not_taken_from_the_cache(seeded_pg_url):
     async with gateway(seeded_pg_url, lane=True) as (client, app):
-        token = make_token("acme", "alice", ttl=1)
+        token = make_token("acme", "alice", ttl=5)
+        expires = jwt.decode(token, options={"verify_signature": False})["exp"]
         headers = {"authorization": f"Bearer {token}"}
         run = await warm(client, headers)
-        verifier = services_of(app).token_verifier
-        assert verifier.cached(token) is not None
+        assert services_of(app).token_verifier.cached(token) is not None  # the lane could take it now
         taken = lane_of(app).taken
-        await asyncio.sleep(2.1)
+        await asyncio.sleep(max(0.0, expires - time.time()) + 0.5)
         response = await client.post(**post(run, json.dumps(batch(tool_call("add", {"a": 1, "b": 2}))), headers))
         assert_error(response, 401, "UNAUTHENTICATED")
         assert lane_of(app).taken == taken
@@ -254,6 +257,10 @@ async def an_after_request(response: Any) -> Any:
     return response
 
 
+async def an_after_exception(exc: Exception, scope: Any) -> None:
+    """A hook the app might one day be given."""
+
+
 @pytest.mark.parametrize(
     ("layer", "named"),
     [
@@ -261,6 +268,10 @@ async def an_after_request(response: Any) -> Any:
         pytest.param({"after_request": an_after_request}, "after_request", id="an after-request hook"),
         pytest.param({"response_headers": {"x-extra": "1"}}, "response_headers", id="a response header"),
         pytest.param({"middleware_extra": True}, "middleware", id="another middleware"),
+        pytest.param({"auth_exclude": True}, "excluded from authentication", id="the route excluded from auth"),
+        pytest.param({"parameters": {"hint": HeaderParameter(name="x-hint", required=True)}},
+                     "layered parameters", id="a required header for every route"),
+        pytest.param({"after_exception": [an_after_exception]}, "after_exception", id="an after-exception hook"),
     ],
 )
 def test_an_app_whose_route_has_a_step_the_lane_skips_does_not_start(layer, named):
@@ -268,6 +279,8 @@ def test_an_app_whose_route_has_a_step_the_lane_skips_does_not_start(layer, name
     from litestar.middleware.logging import LoggingMiddlewareConfig
 
     from gateway.api.dependencies import service_providers
+    from gateway.api.errors import exception_handlers
+    from gateway.observability.metrics import Metrics
     from gateway.api.runs import RunController
     from gateway.api.tool_calls_lane import LaneMismatch
     from gateway.auth.middleware import JWTAuthenticationMiddleware
@@ -276,14 +289,20 @@ def test_an_app_whose_route_has_a_step_the_lane_skips_does_not_start(layer, name
     slot = ServicesSlot()
     options = dict(layer)
     extra = [LoggingMiddlewareConfig().middleware] if options.pop("middleware_extra", False) else []
+    exclude = [r"^/v1/runs"] if options.pop("auth_exclude", False) else []
 
     def app_with(*more_middleware: Any, **more: Any) -> Litestar:
         return Litestar(
             route_handlers=[RunController],
-            middleware=[DefineMiddleware(JWTAuthenticationMiddleware, services=slot), *more_middleware],
-            dependencies=service_providers(slot), request_max_body_size=1000, logging_config=None, **more,
+            middleware=[
+                DefineMiddleware(JWTAuthenticationMiddleware, services=slot,
+                                 **({"exclude": excluded} if (excluded := more.pop("exclude", [])) else {})),
+                *more_middleware,
+            ],
+            dependencies=service_providers(slot), request_max_body_size=1000, logging_config=None,
+            exception_handlers=exception_handlers(Metrics()), **more,
         )
 
     assert ToolCallsLane.in_front_of(app_with(), services=slot, rate_limited=False)  # as made: no step skipped
     with pytest.raises(LaneMismatch, match=named):
-        ToolCallsLane.in_front_of(app_with(*extra, **options), services=slot, rate_limited=False)
+        ToolCallsLane.in_front_of(app_with(*extra, exclude=exclude, **options), services=slot, rate_limited=False)
