@@ -97,8 +97,26 @@ def gateway_url(fleet_database: str, model: ScriptedModel) -> Iterator[str]:
         yield started[0].url
 
 
-@pytest.mark.parametrize("user", ["carol", "alice"], ids=["admin", "member"])
-def test_schemathesis_finds_no_failure_beyond_the_ones_named_by_design(gateway_url: str, user: str) -> None:
+@pytest.fixture(scope="module")
+def gateway_with_policy_cache_url(fleet_database: str, model: ScriptedModel) -> Iterator[str]:
+    """As ``gateway_url``, with the policy cache on (as by default): a cached caller's
+    tool-call requests take the route's fast lane instead of the framework."""
+    with gateways(
+        fleet_database, 1, policy_cache_s=60, llm_base_url=f"{model.url}/v1", llm_model="scripted-model",
+        llm_retries=0, rate_limit_tenant_rps=0, rate_limit_user_rps=0,
+    ) as started:
+        yield started[0].url
+
+
+@pytest.mark.parametrize(
+    ("user", "cached"),
+    [("carol", False), ("alice", False), ("alice", True)],
+    ids=["admin", "member", "member-fast-lane"],
+)
+def test_schemathesis_finds_no_failure_beyond_the_ones_named_by_design(
+    request: pytest.FixtureRequest, user: str, cached: bool
+) -> None:
+    gateway_url = request.getfixturevalue("gateway_with_policy_cache_url" if cached else "gateway_url")
     report = run_schemathesis(gateway_url, make_token("acme", user, ttl=3600))
     assert report.cases > 100, report.cases  # it did run
     unexpected = report.not_covered_by(BY_DESIGN)

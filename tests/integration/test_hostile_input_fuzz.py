@@ -98,12 +98,15 @@ def chat_bodies() -> st.SearchStrategy[bytes]:
     return st.one_of(st.binary(max_size=600), JSON_VALUE.map(encode), request.map(encode), deep(IN_A_CHAT))
 
 
-@pytest.fixture(scope="module")
-def gateway_url(fleet_database: str) -> Iterator[str]:
+@pytest.fixture(scope="module", params=[0, 60], ids=["framework", "fast-lane"])
+def gateway_url(fleet_database: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """With the policy cache off every tool-call request goes through the framework; with it
+    on, the fuzzer's caller is cached and its tool-call requests take the route's fast lane."""
     scripted = ScriptedModel([openai_turn("Fine.")])
     with ServerThread(scripted) as model:
         with gateways(
-            fleet_database, 1, policy_cache_s=0, llm_base_url=f"{model.url}/v1", llm_model="scripted-model",
+            fleet_database, 1, policy_cache_s=request.param, llm_base_url=f"{model.url}/v1",
+            llm_model="scripted-model",
             llm_retries=0, rate_limit_tenant_rps=0, rate_limit_user_rps=0,  # every body reaches the route
         ) as started:
             yield started[0].url
