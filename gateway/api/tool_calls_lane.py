@@ -186,7 +186,6 @@ class ToolCallsLane:
         return self._handlers[Exception]
 
 
-
 _NOT_PLAIN = object()
 
 

@@ -102,6 +102,17 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         services = self._services.services
         verifier: TokenVerifier = services.token_verifier
         directory: TenantDirectory = services.tenant_directory
+        principal = cached_caller(token, verifier, directory)
+        if principal is None:
+            principal = await self._checked_caller(connection, token, verifier, directory)
+        bind_request(tenant=principal.tenant_id, user=principal.user_id)
+        return AuthenticationResult(user=principal, auth=None)
+
+    @staticmethod
+    async def _checked_caller(
+        connection: ASGIConnection, token: str, verifier: TokenVerifier, directory: TenantDirectory
+    ) -> Principal:
+        """The full check, when anything about the token or its tenant is not cached (or refused)."""
         claims = verifier.cached(token)
         if claims is None:
             try:
@@ -118,5 +129,4 @@ class JWTAuthenticationMiddleware(AbstractAuthenticationMiddleware):
         if directory.is_disabled(principal.tenant_id):
             log.info("tenant_disabled", tenant=principal.tenant_id)
             raise GatewayError(ErrorCode.TENANT_DISABLED)
-        bind_request(tenant=principal.tenant_id, user=principal.user_id)
-        return AuthenticationResult(user=principal, auth=None)
+        return principal
