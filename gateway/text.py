@@ -35,6 +35,18 @@ MAX_JSON_DEPTH_CEILING = 512
 
 MAX_QUOTED = 64
 
+# --- whole-text patterns ---------------------------------------------------------------------
+
+
+def whole_text(pattern: str) -> str:
+    """A regular expression matching ``pattern`` against the whole text, the same in Python
+    (msgspec's ``pattern``, Litestar's path parameters) and in JSON Schema (ECMA-262, what the
+    published schemas say). Python's ``$`` also matches before a final newline, so ``^[a-z]+$``
+    admits ``"id\\n"``; ``(?!\\n)`` before it rules that out, and changes nothing in ECMA-262,
+    where ``$`` is only the end."""
+    return rf"^(?:{pattern})(?!\n)$"
+
+
 # --- storable text -------------------------------------------------------------------------
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -30,12 +30,13 @@ from gateway.auth.guards import requires_permission
 from gateway.db.policies import ApprovalMode, ToolPolicy
 from gateway.db.roles import RoleRecord
 from gateway.execution.policy import MAX_POLICY_TIMEOUT_S, tool_limits
+from gateway.text import whole_text
 
-RoleName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="A role's name.")]
+RoleName = Annotated[str, msgspec.Meta(pattern=whole_text(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"), description="A role's name.")]
 Permission = Annotated[
     str,
     msgspec.Meta(
-        pattern=r"^[a-z][a-z0-9_.-]{0,62}:[a-z0-9_.*-]{1,63}$",
+        pattern=whole_text(r"[a-z][a-z0-9_.-]{0,62}:[a-z0-9_.*-]{1,63}"),
         description="A permission, `area:action` (e.g. `articles:read`).",
     ),
 ]

@@ -9,6 +9,7 @@ import msgspec
 from gateway.services.articles import ArticleService
 from gateway.services.calculator import MAX_SAFE_INTEGER, CalculatorService
 from gateway.services.clock import ClockService
+from gateway.text import whole_text
 from gateway.tools.base import Tool, ToolContext, struct_tool
 
 ARTICLES_READ = "articles:read"
@@ -17,7 +18,7 @@ CALCULATOR_USE = "calculator:use"
 TIME_READ = "time:read"
 
 ArticleId = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_-]+$", description="The article's id.")
+    str, msgspec.Meta(min_length=1, max_length=40, pattern=whole_text(r"[A-Za-z0-9_-]+"), description="The article's id.")
 ]
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, description="The article's title.")]
 Body = Annotated[str, msgspec.Meta(min_length=1, max_length=50_000, description="The article's text.")]

@@ -105,3 +105,14 @@ async def test_malformed_permissions_are_refused(client):
             "/v1/admin/roles", json={"name": "odd", "permissions": [permission]}, headers=CAROL
         )
         assert response.status_code == 400, permission
+
+
+async def test_a_name_or_permission_with_a_final_newline_is_refused_and_nothing_is_stored(client):
+    # Python's `$` matches before a final newline: the patterns must not let "ops\n" through.
+    for role in ({"name": "ops\n", "permissions": ["articles:read"]},
+                 {"name": "ops", "permissions": ["articles:read\n"]}):
+        response = await client.post("/v1/admin/roles", json=role, headers=CAROL)
+        assert response.status_code == 400, role
+        assert response.json()["error"]["code"] == "INVALID_REQUEST"
+    names = [r["name"] for r in (await client.get("/v1/admin/roles", headers=CAROL)).json()["items"]]
+    assert not [n for n in names if n.startswith("ops")]

@@ -10,7 +10,8 @@ from tests.support.http import assert_error
 from tests.support.tokens import auth_for
 
 CAROL = auth_for("carol")
-BAD_IDS = ["run%00x", "x" * 65, "run%20x", "r%C3%A9n"]
+# "run%0A": a final newline, which a pattern ending in `$` would let through in Python.
+BAD_IDS = ["run%00x", "x" * 65, "run%20x", "r%C3%A9n", "run%0A", "run%0D%0A"]
 
 
 @pytest.mark.parametrize("run_id", BAD_IDS)

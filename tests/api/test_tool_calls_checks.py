@@ -62,6 +62,14 @@ async def test_arguments_decode_strictly_without_coercion(client, arguments, fie
     assert f"`{field}`" in content["error"]["message"]
 
 
+async def test_an_id_argument_with_a_final_newline_is_invalid_arguments(client):
+    # Python's `$` matches before a final newline: the id's pattern must not let it through.
+    run = await create_run(client, ALICE)
+    content = await send_one(client, run["id"], ALICE, "c1", "get_article", {"article_id": "art_demo_acme_1\n"})
+    assert outcome(content) == "INVALID_ARGUMENTS"
+    assert "`article_id`" in content["error"]["message"]
+
+
 @pytest.mark.parametrize("field", ["user_id", "tenant_id", "role", "roles", "author_id"])
 async def test_an_identity_field_in_the_arguments_is_invalid_arguments_naming_it(client, database_url, field):
     run = await create_run(client, BOB)
