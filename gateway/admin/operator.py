@@ -57,7 +57,7 @@ class OperatorError(Exception):
 
 
 async def create(db: Database, slug: str, name: str | None) -> str:
-    if not SLUG.match(slug):
+    if not SLUG.fullmatch(slug):
         raise OperatorError(f"{slug!r} is not a valid tenant slug (lower-case letters, digits and '-', at most 64)")
     async with db.begin() as conn:
         if not await create_tenant(conn, tenant_id=slug, name=name or slug):
@@ -114,7 +114,7 @@ async def configure(
 ) -> str:
     """Pin the tenant to a model provider (``None`` unpins it) and allow or refuse the tools
     a client brings to the agent loop; what is not given stays as it is."""
-    if isinstance(llm_provider, str) and not PROVIDER_NAME.match(llm_provider):
+    if isinstance(llm_provider, str) and not PROVIDER_NAME.fullmatch(llm_provider):
         raise OperatorError(f"{llm_provider!r} is not a provider name (letters, digits, '.', '_', '-'; at most 64)")
     async with db.begin() as conn:
         if not await lock_tenant(conn, tenant_id=slug):

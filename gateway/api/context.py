@@ -62,7 +62,7 @@ class RequestContextMiddleware:
         for name, value in scope["headers"]:
             if name == REQUEST_ID_HEADER:
                 candidate = value.decode("latin-1")
-                if _ACCEPTED_REQUEST_ID.match(candidate):
+                if _ACCEPTED_REQUEST_ID.fullmatch(candidate):
                     request_id = candidate
                 break
         if request_id is None:

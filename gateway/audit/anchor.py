@@ -85,7 +85,7 @@ def read_anchor(token: str, *, jwks: dict[str, Any], issuer: str, tenant_id: str
     except jwt.InvalidTokenError as exc:
         raise AnchorInvalid(f"it does not verify ({type(exc).__name__})") from None
     seq, link, tenant = claims.get("chain_seq"), claims.get("chain_hash"), claims.get("tenant_id")
-    if type(seq) is not int or seq < 0 or not isinstance(link, str) or not _HASH.match(link):
+    if type(seq) is not int or seq < 0 or not isinstance(link, str) or not _HASH.fullmatch(link):
         raise AnchorInvalid("it carries no valid chain position and hash")
     if tenant != tenant_id:
         raise AnchorInvalid(f"it anchors tenant {tenant!r}, not {tenant_id!r}")

@@ -116,7 +116,7 @@ async def months(conn: AsyncConnection) -> list[Month]:
     ).scalars()
     found = []
     for name in names:
-        match = _MONTH.match(name)
+        match = _MONTH.fullmatch(name)
         if match:
             start = datetime(int(match.group(1)), int(match.group(2)), 1, tzinfo=UTC)
             found.append(Month(name, start, _next_month(start)))

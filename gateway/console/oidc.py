@@ -175,7 +175,7 @@ class OidcClient:
     async def finish(self, *, state: str, code: str, browser_value: str | None, redirect_uri: str) -> Claims:
         """The verified identity of a browser back from the provider; ``SignInFailed`` otherwise.
         The sign-in row is consumed first, so a ``state`` works once whatever happens next."""
-        if not _PARAM.match(state) or not _PARAM.match(code):
+        if not _PARAM.fullmatch(state) or not _PARAM.fullmatch(code):
             raise SignInFailed("malformed_callback")
         async with self._db.begin() as conn:
             row = (await conn.execute(

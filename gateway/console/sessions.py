@@ -36,7 +36,7 @@ def new_secret() -> str:
 
 
 def well_formed(value: str | None) -> bool:
-    return value is not None and _VALUE.match(value) is not None
+    return value is not None and _VALUE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,7 +122,7 @@ def service_base_urls(settings: Settings) -> dict[str, str]:
     for entry in settings.services.base_urls:
         name, sep, url = entry.partition("=")
         name = name.strip()
-        if not sep or not _SERVICE_NAME.match(name) or not url.strip():
+        if not sep or not _SERVICE_NAME.fullmatch(name) or not url.strip():
             raise SettingsError("GATEWAY_SERVICE_BASE_URLS must be a comma-separated list of NAME=URL entries")
         if name in urls:
             raise SettingsError(f"GATEWAY_SERVICE_BASE_URLS names service {name!r} twice")
@@ -144,7 +144,7 @@ def load_http_tools(settings: Settings, calls: ServiceCalls, *, reserved_names: 
     services: dict[str, tuple[ServiceEndpoint, ErrorExposure]] = {}
     for name in sorted(set(document.services) | set(base_urls)):
         label = f"{where}: service {name!r}"
-        if not _SERVICE_NAME.match(name):
+        if not _SERVICE_NAME.fullmatch(name):
             raise ToolsFileError(f"{label}: a service name may only use letters, digits, '_', '-' and '.'")
         entry = _convert(document.services.get(name) or {}, ServiceEntry, label)
         url = base_urls.get(name) or entry.base_url
@@ -210,11 +210,11 @@ def _build_tool(
     calls: ServiceCalls,
     services: dict[str, tuple[ServiceEndpoint, ErrorExposure]],
 ) -> Tool:
-    if not _TOOL_NAME.match(entry.name):
+    if not _TOOL_NAME.fullmatch(entry.name):
         raise ValueError("name must be 1-64 letters, digits, '_' or '-'")
     if not entry.description.strip() or len(entry.description) > 1024:
         raise ValueError("description must be 1-1024 characters")
-    if not _PERMISSION.match(entry.permission):
+    if not _PERMISSION.fullmatch(entry.permission):
         raise ValueError("permission must be 1-128 characters without spaces, e.g. \"orders:read\"")
     if entry.service not in services:
         raise ValueError(

@@ -62,7 +62,7 @@ class ServiceEndpoint:
         if parts.query or parts.fragment or "?" in base_url or "#" in base_url:
             raise RequestTemplateError(f"base URL {base_url!r} must not have a query or a fragment")
         host = parts.hostname or ""
-        if not _HOST.match(host):
+        if not _HOST.fullmatch(host):
             raise RequestTemplateError(f"base URL {base_url!r} must name a host (letters, digits, '-' and '.')")
         try:
             port = parts.port
@@ -109,7 +109,7 @@ def _check_literal_path(path: str, what: str) -> None:
     if path and not path.startswith("/"):
         raise RequestTemplateError(f"{what}: the path must start with '/'")
     for segment in path.split("/")[1:]:
-        if not _LITERAL.match(segment):
+        if not _LITERAL.fullmatch(segment):
             raise RequestTemplateError(
                 f"{what}: path segment {segment!r} may only use letters, digits and -._~!$&'()*+,;=:@"
             )
@@ -172,7 +172,7 @@ class RequestTemplate:
             parts.append(raw[position:])
             literals = [p for p in parts if isinstance(p, str)]
             for literal in literals:
-                if not _LITERAL.match(literal):
+                if not _LITERAL.fullmatch(literal):
                     raise RequestTemplateError(
                         f"path {path!r}: {literal!r} may only use letters, digits, -._~!$&'()*+,;=:@ "
                         "and {name} placeholders"

@@ -240,7 +240,7 @@ class _Walk:
             raise SchemaError(f"{_at(where)}: only local $ref (\"#/...\") is allowed, not {ref!r}")
         if ref == "#":
             return ""
-        match = _DEF_REF.match(ref)
+        match = _DEF_REF.fullmatch(ref)
         if match is None or match.group(2) not in (self._root.get(match.group(1)) or {}):
             raise SchemaError(f"{_at(where)}: $ref must be \"#\" or name an entry of the top-level $defs, not {ref!r}")
         return f"/{match.group(1)}/{match.group(2)}"

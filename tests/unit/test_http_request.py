@@ -76,6 +76,8 @@ def test_base_url_parts_are_kept_apart():
         ({"method": "GET", "path": "/a/../b"}, "'..'"),
         ({"method": "GET", "path": "/a//b"}, "empty"),
         ({"method": "GET", "path": "/a%2Fb"}, "may only use"),
+        ({"method": "GET", "path": "/items/{id}/x\n"}, "may only use"),
+        ({"method": "GET", "path": "/items\n"}, "may only use"),
         ({"method": "GET", "path": "/items/{nope}"}, "not one of the argument schema's properties"),
         ({"method": "GET", "path": "/items/{id}/{id}"}, "twice"),
         ({"method": "GET", "path": "/items", "body": ["id"]}, "has no body"),

@@ -122,6 +122,7 @@ def test_the_url_follows_the_allow_list_rules_of_services(tmp_path: Path, url: s
         ("ｗｈｏａｍｉ", "an included name may only use letters"),  # full-width look-alike
         ("who ami", "an included name may only use letters"),
         ("who\u0000ami", "an included name may only use letters"),
+        ("whoami\n", "an included name may only use letters"),  # `$` alone would let it through
     ],
 )
 def test_hostile_included_names_are_refused(tmp_path: Path, include: str, why: str):
@@ -129,7 +130,7 @@ def test_hostile_included_names_are_refused(tmp_path: Path, include: str, why: s
         '[mcp_servers.notes]\nurl = "http://notes.internal/mcp"\n'
         f'include = ["{include}"]\n'
         f'[mcp_servers.notes.tools."{include}"]\npermission = "notes:read"\n'
-    ).replace("\u0000", "\\u0000")
+    ).replace("\u0000", "\\u0000").replace("\n\"", "\\n\"")
     with pytest.raises(ToolsFileError, match=why):
         load(tmp_path, text)
 

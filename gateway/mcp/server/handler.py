@@ -235,7 +235,7 @@ class McpServer:
             except ValueError:
                 raise JsonRpcError(INVALID_REQUEST, "The bearer token names no run.") from None
         if session is not None:
-            if not SESSION_ID.match(session):
+            if not SESSION_ID.fullmatch(session):
                 raise JsonRpcError(INVALID_REQUEST, "Session not found.", status=404)
             return session, True
         raise JsonRpcError(

@@ -118,7 +118,7 @@ def parse_mcp_servers(
     servers: list[McpServerSpec] = []
     for name in sorted(raw):
         label = f"{where}: mcp server {name!r}"
-        if not SERVER_NAME.match(name):
+        if not SERVER_NAME.fullmatch(name):
             raise McpConfigError(f"{label}: a server name may only use letters, digits, '_', '-' and '.'")
         entry = convert(raw[name], McpServerEntry, label)
         try:
@@ -135,7 +135,7 @@ def parse_mcp_servers(
         tools = []
         for upstream in entry.include:
             tool_label = f"{label}: tool {upstream!r}"
-            if not UPSTREAM_TOOL_NAME.match(upstream):
+            if not UPSTREAM_TOOL_NAME.fullmatch(upstream):
                 raise McpConfigError(f"{tool_label}: an included name may only use letters, digits, '_', '-' and '.'")
             if upstream not in entry.tools:
                 raise McpConfigError(
@@ -169,12 +169,12 @@ def _tool_spec(
     default_max_result_bytes: int,
 ) -> McpToolSpec:
     name = entry.name if entry.name is not None else upstream
-    if not TOOL_NAME.match(name):
+    if not TOOL_NAME.fullmatch(name):
         raise McpConfigError(
             f"{label}: name {name!r} must be 1-64 letters, digits, '_' or '-'"
             + ("" if entry.name is not None else " (set `name` to the name the model sees)")
         )
-    if not PERMISSION.match(entry.permission):
+    if not PERMISSION.fullmatch(entry.permission):
         raise McpConfigError(f"{label}: permission must be 1-128 characters without spaces, e.g. \"notes:read\"")
     timeout_s = entry.timeout_s if entry.timeout_s is not None else default_timeout_s
     if not 0 < timeout_s <= 3600:
