@@ -22,7 +22,7 @@ from gateway.db.engine import Database
 from gateway.db.models import Approval, AuditEvent, Run, RunCallCount, ToolCall
 from gateway.db.runs import create_run
 from gateway.execution.checks import CallPlan, plan_call
-from gateway.execution.ledger import Admission, PostgresLedger, _AdmitItem, create_ledger
+from gateway.execution.ledger import Admission, FinishedCall, PostgresLedger, _AdmitItem, create_ledger
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.runner import OK, CallOutcome
 from gateway.tools.builtin import builtin_tools
@@ -373,3 +373,52 @@ async def test_concurrent_requests_on_one_run_keep_its_budget_ids_and_repeats(db
     assert stored == 60
     executed = sum(1 for a in decisions if a.decision == "executed")
     assert audited == executed + len(repeated) + len(budget)
+
+
+SCANNED = (
+    "SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables "
+    "WHERE relname IN ('runs', 'tool_calls', 'run_call_counts', 'approvals')"
+)
+
+
+class ScanCountingLedger(PostgresLedger):
+    """The real ledger; each statement runs in a transaction of its own that counts the
+    sequential scans of the tables the functions read by key."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scans: list[int] = []
+
+    async def _counted(self, conn: Any, statement: Any) -> Any:
+        async with conn.transaction():
+            before = await conn.fetchval(SCANNED)
+            result = await statement()
+            self.scans.append(await conn.fetchval(SCANNED) - before)
+        return result
+
+    async def _admit_many(self, conn: Any, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
+        return await self._counted(conn, lambda: super(ScanCountingLedger, self)._admit_many(conn, items))
+
+    async def _record_many(self, conn: Any, items: Any) -> list[None]:
+        return await self._counted(conn, lambda: super(ScanCountingLedger, self)._record_many(conn, items))
+
+
+async def test_every_statement_reads_runs_and_calls_by_key_even_when_planned_while_the_tables_were_small(db):
+    # A session plans the functions' statements once and keeps the plans (generic ones, in
+    # gateway_admit_calls). A plan made while a table was nearly empty, as on a new install,
+    # may scan it, and would go on scanning it on that connection as the table grows.
+    ledger = ScanCountingLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER)
+    side = Side(ledger)
+    write = Call("w", name="create_article", arguments='{"title": "T", "body": "B"}')
+    try:
+        await play(db, side, [RunSpec(), RunSpec()], [
+            [Request(0, calls("a", 3, ran_ahead=True)), Request(1, calls("b", 2))],  # set-based
+            [Request(0, (write, *calls("c", 1))), Request(1, calls("b", 1))],  # call by call: approval, replay
+        ])
+        plans = [plan_of(call, ALICE) for call in calls("b", 2)]
+        finished = [FinishedCall(plan, OK, '{"ok":true}', 0.5) for plan in plans]
+        await ledger.record(ALICE, side.runs[1], finished, request_id="req_rec", now=START)
+    finally:
+        await ledger.close()
+    assert len(ledger.scans) == 3
+    assert ledger.scans == [0, 0, 0]

@@ -38,7 +38,10 @@ RETURNS TABLE (
     o_approval_id text,
     o_approval_status text
 )
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Every statement reads by key; a plan made while a table was small must not scan it later.
+SET enable_seqscan = off
+AS $fn$
 DECLARE
     v_batch jsonb;
     v_batch_audit jsonb;
@@ -262,8 +265,10 @@ $fn$;
 -- Runs are locked in the order of the batches (the caller's, by run id), as the loop locks them,
 -- and only then is tool_calls read: the rows of a run in tool_calls and run_call_counts are
 -- written only under its lock, so what is read is what the loop would find. Every table is read
--- through its primary key: hash and merge joins are off (as in record_calls.sql), and plans are
--- generic, so that a plan made once fits every statement.
+-- through its primary key: sequential scans, hash and merge joins are off (as in
+-- record_calls.sql), and plans are generic, so that a plan made once fits every statement. A
+-- session keeps its plans: one made while runs held a few rows (a new install) would otherwise
+-- scan runs at every statement of that connection as the table grows.
 CREATE OR REPLACE FUNCTION gateway_admit_calls(p_batches jsonb, p_contents jsonb)
 RETURNS TABLE (
     o_batch integer,
@@ -275,6 +280,7 @@ RETURNS TABLE (
     o_approval_status text
 )
 LANGUAGE plpgsql
+SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
 SET plan_cache_mode = force_generic_plan

@@ -4,8 +4,10 @@
 -- PL/pgSQL so that a session keeps the statement's plan (see append_audit.sql).
 CREATE OR REPLACE FUNCTION gateway_record_calls(p_rows jsonb) RETURNS void
 LANGUAGE plpgsql
--- The JSON rows are few: join them to tool_calls through its primary key, never by hashing
--- the table (a plan made while the table was small would otherwise scan it later).
+-- The JSON rows are few: join them to tool_calls through its primary key, never by scanning
+-- or hashing the table (a session keeps its plan: one made while the table was small would
+-- otherwise scan it at every statement as the table grows).
+SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
 AS $fn$
