@@ -23,6 +23,7 @@ import hashlib
 from datetime import UTC
 from typing import Any
 
+import asyncpg
 import msgspec
 
 from gateway.db.models import AuditEvent, AuditLink
@@ -64,9 +65,11 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def canonical_content(row: Any) -> bytes:
-    """The bytes a row's content hash covers; ``row`` is a result row (or any object) holding
-    the ``CANONICAL_FIELDS``."""
+    """The bytes a row's content hash covers; ``row`` is a result row, a driver's record (read
+    by column name) or any object holding the ``CANONICAL_FIELDS``."""
     values = getattr(row, "_mapping", None)
+    if values is None and isinstance(row, asyncpg.Record):
+        values = row
     if values is not None:
         content = {name: values[name] for name in CANONICAL_FIELDS}
     else:

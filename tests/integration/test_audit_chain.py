@@ -104,6 +104,20 @@ async def test_sealed_rows_verify_and_unsealed_rows_are_reported(db):
     assert (report.ok, report.verified_rows, report.unsealed_rows, report.head_seq) == (True, 5, 2, 5)
 
 
+ODD_JSON = {"big": 2**70, "tiny": 5e-324, "huge": 1e300, "neg_zero": -0.0, "text": "\u2028é😀\"\\", "": None,
+            "nested": [[[{"z": 1, "a": [True, False]}]]]}
+
+
+async def test_rows_the_sealer_reads_through_the_driver_hash_as_verify_reads_them(db):
+    # The sealer reads rows with the driver, verify with SQLAlchemy: odd JSON values, times
+    # and floats must come out the same both ways, or a sound chain would be reported broken.
+    await _insert(db, [_row(n=i, arguments=ODD_JSON, detail={"odd": ODD_JSON}, duration_ms=0.1 + i,
+                            created_at=datetime(2026, 12, 2, 3, 4, 5, 999999, tzinfo=UTC)) for i in range(3)])
+    assert await AuditSealer(db).seal_pending() == 3
+    report = await _verify(db)
+    assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 3, 0)
+
+
 async def test_each_tenant_has_its_own_chain(db):
     await _insert(db, [_row("acme" if i % 2 else "globex", n=i) for i in range(9)])
     await AuditSealer(db).seal_pending()
