@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -568,7 +568,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             loop="uvloop" if _has("uvloop") else "asyncio",
-            http="httptools" if _has("httptools") else "h11",
+            http=_http_protocol(),
             log_config=None,
             access_log=False,
             server_header=False,
@@ -579,6 +579,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         database.close()
         remove_metrics_dir(metrics_dir)
     return 0
+
+
+def _http_protocol() -> Any:
+    """uvicorn's httptools protocol writing each response in one write (``gateway.http_server``),
+    or h11's where httptools is not installed."""
+    if not _has("httptools"):
+        return "h11"
+    from gateway.http_server import CoalescingHttpToolsProtocol
+
+    return CoalescingHttpToolsProtocol
 
 
 def print_demo_banner(settings: Settings, host: str, port: int) -> None:
