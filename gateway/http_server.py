@@ -8,8 +8,8 @@ again. ``CoalescingTransport`` holds what is written during one turn of the even
 hands it to the socket's transport in one write when that turn ends, or at once when it
 grows past ``FLUSH_AT_BYTES`` (so a large or streamed body still meets the transport's
 flow control: the transport pauses the protocol, and uvicorn waits for it to drain).
-Closing, ``write_eof`` and handing the connection to another protocol write what is held
-first; ``abort`` drops it, as the transport drops its own buffer.
+Closing, ``write_eof``, the peer's end of its side and handing the connection to another
+protocol write what is held first; ``abort`` drops it, as the transport drops its own buffer.
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ class CoalescingTransport(asyncio.Transport):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._transport.is_closing():
-            self._transport.write(data)  # the transport's own answer to a write after close
+            # Closing (the peer ended its side, say): write as the transport writes then,
+            # after what is held, in order.
+            self.flush()
+            self._transport.write(data)
             return
         if not data:
             return
@@ -59,8 +62,15 @@ class CoalescingTransport(asyncio.Transport):
         held = self._held
         self._held = []
         self._held_bytes = 0
-        if not self._transport.is_closing():
+        # Even while the transport closes: a client that ended its side of the connection
+        # after its request still reads the answer (the transport drops writes once the
+        # connection is lost, as it would have dropped them unheld).
+        try:
             self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+        except RuntimeError:
+            # uvloop refuses a write on a handle already closed: the connection is gone, and
+            # what was held goes with it, as it would have had it been written at once.
+            pass
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + self._held_bytes
@@ -116,6 +126,11 @@ class CoalescingTransport(asyncio.Transport):
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol writing through a ``CoalescingTransport``."""
+
+    def eof_received(self) -> None:
+        # The transport closes itself once this returns (uvicorn keeps no half-open connections).
+        self.transport.flush()  # type: ignore[attr-defined]
+        super().eof_received()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.

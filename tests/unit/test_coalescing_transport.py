@@ -144,14 +144,26 @@ async def test_abort_drops_what_is_held_as_the_transport_drops_its_buffer(pair):
     assert fake.events == ["abort"]
 
 
-async def test_a_write_after_the_transport_closes_is_the_transports_to_refuse(pair):
+async def test_what_is_held_when_the_transport_starts_closing_is_still_written_in_order(pair):
+    # A client that ends its side after its request: the transport closes, yet still sends.
     transport, fake = pair
     transport.write(b"held")
-    fake.closing = True  # the peer went away before the turn ended
+    fake.closing = True
     transport.write(b"after")
     await next_turn()
-    assert fake.writes == [b"after"]  # the transport decides what a write after close does
+    assert fake.writes == [b"held", b"after"]
     assert transport.is_closing()
+
+
+async def test_a_write_the_transport_refuses_as_closed_is_dropped(pair):
+    transport, fake = pair
+
+    def refuse(data: bytes) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    fake.write = refuse  # type: ignore[method-assign]
+    transport.write(b"lost with its connection")
+    await next_turn()  # no exception escapes to the loop
 
 
 async def test_everything_else_is_the_transports(pair):
