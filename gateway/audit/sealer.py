@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import sqlalchemy as sa
 import structlog
 from sqlalchemy import exc as sa_exc
@@ -208,7 +209,10 @@ async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> int:
             prev = link
         await _move_head(conn, tenant_id, state, seq, prev, now)
     # One set-based statement (a statement per row costs the server several times more).
-    await driver.execute(_LINK_ROWS, tenants, seqs, row_ids, created, contents, prevs, links)
+    try:
+        await driver.execute(_LINK_ROWS, tenants, seqs, row_ids, created, contents, prevs, links)
+    except asyncpg.UniqueViolationError as exc:  # another sealer linked these rows meanwhile
+        raise ChainRaced("these rows were linked meanwhile") from exc
     last = rows[-1]
     moved = await conn.execute(
         _MOVE_WATERMARK,

@@ -416,6 +416,29 @@ async def test_concurrent_sealers_seal_every_row_exactly_once(pg_url):
 
 
 @pytest.mark.postgres
+async def test_a_sealer_that_loses_the_race_for_its_rows_rolls_back_and_the_next_round_seals_them(db, monkeypatch):
+    import gateway.audit.sealer as sealer_module
+
+    await _insert(db, [_row(n=i) for i in range(5)])
+    real_horizon, raced = sealer_module.horizon, []
+
+    async def another_sealer_wins_meanwhile(conn: AsyncConnection) -> int:
+        below = await real_horizon(conn)
+        if not raced:
+            raced.append(True)
+            async with db.begin() as other:  # it links the first rows this sealer is about to read
+                await sealer_module.seal_batch(other, batch_size=3)
+        return below
+
+    monkeypatch.setattr(sealer_module, "horizon", another_sealer_wins_meanwhile)
+    sealer = AuditSealer(db)
+    assert await sealer.seal_once() == 0  # the lost race: rolled back, not raised
+    assert raced
+    assert await sealer.seal_pending() == 2
+    report = await _verify(db)
+    assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 5, 0)
+
+
 async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url):
     await seeded(pg_url)
     db = Database.from_settings(Settings.from_flat(database_url=pg_url))
