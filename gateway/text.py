@@ -35,16 +35,21 @@ MAX_JSON_DEPTH_CEILING = 512
 
 MAX_QUOTED = 64
 
-# --- whole-text patterns ---------------------------------------------------------------------
+# --- anchored patterns ---------------------------------------------------------------------
 
 
-def whole_text(pattern: str) -> str:
-    """A regular expression matching ``pattern`` against the whole text, the same in Python
-    (msgspec's ``pattern``, Litestar's path parameters) and in JSON Schema (ECMA-262, what the
-    published schemas say). Python's ``$`` also matches before a final newline, so ``^[a-z]+$``
-    admits ``"id\\n"``; ``(?!\\n)`` before it rules that out, and changes nothing in ECMA-262,
-    where ``$`` is only the end."""
-    return rf"^(?:{pattern})(?!\n)$"
+def refuse_line_breaks(**fields: str | list[str] | None) -> None:
+    """Raise ``ValueError`` naming the first field whose text (or any of whose texts) holds a
+    line break. For fields checked by a pattern ``^[...]$`` whose characters exclude it:
+    msgspec and Litestar check patterns with Python's ``re.search``, where ``$`` also matches
+    before a final newline, so ``"ops\\n"`` would pass. The published pattern stays the plain
+    ``^...$`` (exact in JSON Schema's ECMA-262, and in engines without lookaround, such as
+    RE2); this closes the gap on the server's side. msgspec reports the error as the
+    document's validation error."""
+    for name, value in fields.items():
+        texts = [value] if isinstance(value, str) else value or []
+        if any("\n" in text for text in texts):
+            raise ValueError(f"`{name}` must not hold a line break")
 
 
 # --- storable text -------------------------------------------------------------------------

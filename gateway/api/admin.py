@@ -30,13 +30,13 @@ from gateway.auth.guards import requires_permission
 from gateway.db.policies import ApprovalMode, ToolPolicy
 from gateway.db.roles import RoleRecord
 from gateway.execution.policy import MAX_POLICY_TIMEOUT_S, tool_limits
-from gateway.text import whole_text
+from gateway.text import refuse_line_breaks
 
-RoleName = Annotated[str, msgspec.Meta(pattern=whole_text(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"), description="A role's name.")]
+RoleName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="A role's name.")]
 Permission = Annotated[
     str,
     msgspec.Meta(
-        pattern=whole_text(r"[a-z][a-z0-9_.-]{0,62}:[a-z0-9_.*-]{1,63}"),
+        pattern=r"^[a-z][a-z0-9_.-]{0,62}:[a-z0-9_.*-]{1,63}$",
         description="A permission, `area:action` (e.g. `articles:read`).",
     ),
 ]
@@ -47,12 +47,18 @@ class RoleCreate(Input, kw_only=True, forbid_unknown_fields=True):
     description: Annotated[str, msgspec.Meta(max_length=500)] = ""
     permissions: Annotated[list[Permission], msgspec.Meta(max_length=200)]
 
+    def __post_init__(self) -> None:
+        refuse_line_breaks(name=self.name, permissions=self.permissions)
+
 
 class RoleUpdate(Input, kw_only=True, forbid_unknown_fields=True):
     """Replaces the role's permissions (and its description, when given)."""
 
     description: Annotated[str, msgspec.Meta(max_length=500)] | None = None
     permissions: Annotated[list[Permission], msgspec.Meta(max_length=200)]
+
+    def __post_init__(self) -> None:
+        refuse_line_breaks(permissions=self.permissions)
 
 
 class RoleView(msgspec.Struct):
@@ -74,6 +80,9 @@ class ToolPolicyIn(Input, kw_only=True, forbid_unknown_fields=True):
     max_calls_per_run: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
     max_result_bytes: Annotated[int, msgspec.Meta(ge=64, le=10_485_760)] | None = None
     allowed_roles: Annotated[list[RoleName], msgspec.Meta(max_length=200)] | None = None
+
+    def __post_init__(self) -> None:
+        refuse_line_breaks(allowed_roles=self.allowed_roles)
 
 
 class ToolPolicyOut(msgspec.Struct):

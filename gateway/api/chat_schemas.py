@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gateway.api.schemas import Input, PositiveInt
-from gateway.text import whole_text
+from gateway.text import refuse_line_breaks
 
 
 class TextPart(msgspec.Struct, kw_only=True):
@@ -47,10 +47,13 @@ class ChatMessageIn(Input):
 
 
 class FunctionDefinitionIn(Input):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=whole_text(r"[A-Za-z0-9_-]+"))]
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
+
+    def __post_init__(self) -> None:
+        refuse_line_breaks(name=self.name)
 
 
 class ClientToolIn(Input):

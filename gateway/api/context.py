@@ -43,10 +43,28 @@ _INTERNAL_ERROR_BODY = (
 )
 
 
+_UNPRINTABLE_PATH_BODY = (
+    b'{"error":{"code":"INVALID_REQUEST","message":"The path holds a control or other unprintable character: '
+    b'no path of this API does.","request_id":"%s"}}'
+)
+
+
+async def _refuse_unprintable_path(request_id: str, send: Send) -> None:
+    body = _UNPRINTABLE_PATH_BODY % request_id.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 class RequestContextMiddleware:
     """Accepts a well-formed ``X-Request-ID`` or makes one, binds it for logging, times the
     request's stages, answers them in ``Server-Timing`` and adds those of tool-call requests
-    to the app's ``metrics``."""
+    to the app's ``metrics``. A path holding an unprintable character goes no further: 400."""
 
     def __init__(self, app: ASGIApp, *, metrics: Metrics, in_flight: InFlight | None = None) -> None:
         self.app = app
@@ -90,7 +108,13 @@ class RequestContextMiddleware:
         context = start_request_context(request_id=request_id)
         self.in_flight.count += 1
         try:
-            await self.app(scope, receive, send_with_context)
+            # Every path parameter is an id or a name of printable characters, but Python's `$`
+            # in their patterns also matches before a final newline ("/v1/runs/run_1%0A"):
+            # such a path is refused here, for every route at once.
+            if scope["path"].isprintable():
+                await self.app(scope, receive, send_with_context)
+            else:
+                await _refuse_unprintable_path(request_id, send_with_context)
         except Exception as exc:  # noqa: BLE001 - what escaped every handler: a stream that broke, say
             await self._failed(exc, request_id, started, scope, send_with_context)
         finally:

@@ -11,11 +11,11 @@ import msgspec
 from litestar.params import PathParameter, QueryParameter
 
 from gateway.errors import ErrorCode, GatewayError
-from gateway.text import in_utc, out_of_range_field, whole_text
+from gateway.text import in_utc, out_of_range_field
 
 T = TypeVar("T")
 
-RESOURCE_ID_PATTERN = whole_text(r"[A-Za-z0-9_-]{1,64}")
+RESOURCE_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 ResourceId = Annotated[
     str,
@@ -26,7 +26,7 @@ ResourceId = Annotated[
 ]
 """An id that cannot exist (NUL, other characters, too long) is a 400, never a database error."""
 
-NAME_PATTERN = whole_text(r"[A-Za-z0-9_.:-]{1,128}")
+NAME_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 Name = Annotated[
     str,

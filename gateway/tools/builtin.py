@@ -9,7 +9,7 @@ import msgspec
 from gateway.services.articles import ArticleService
 from gateway.services.calculator import MAX_SAFE_INTEGER, CalculatorService
 from gateway.services.clock import ClockService
-from gateway.text import whole_text
+from gateway.text import refuse_line_breaks
 from gateway.tools.base import Tool, ToolContext, struct_tool
 
 ARTICLES_READ = "articles:read"
@@ -18,7 +18,7 @@ CALCULATOR_USE = "calculator:use"
 TIME_READ = "time:read"
 
 ArticleId = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=40, pattern=whole_text(r"[A-Za-z0-9_-]+"), description="The article's id.")
+    str, msgspec.Meta(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_-]+$", description="The article's id.")
 ]
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, description="The article's title.")]
 Body = Annotated[str, msgspec.Meta(min_length=1, max_length=50_000, description="The article's text.")]
@@ -37,6 +37,9 @@ class SearchArticlesArgs(Strict):
 class ArticleRef(Strict):
     article_id: ArticleId
 
+    def __post_init__(self) -> None:
+        refuse_line_breaks(article_id=self.article_id)
+
 
 class CreateArticleArgs(Strict):
     title: Title
@@ -47,6 +50,9 @@ class UpdateArticleArgs(Strict):
     article_id: ArticleId
     title: Title | None = None
     body: Body | None = None
+
+    def __post_init__(self) -> None:
+        refuse_line_breaks(article_id=self.article_id)
 
 
 class TwoIntegers(Strict):

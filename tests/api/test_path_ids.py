@@ -38,3 +38,9 @@ async def test_a_malformed_approval_id_is_invalid_request(client, approval_id):
 async def test_a_well_formed_unknown_id_is_not_found(client):
     assert_error(await client.get("/v1/runs/run_0123456789abcdef", headers=CAROL), 404, "NOT_FOUND")
     assert_error(await client.get("/v1/approvals/apr_0123456789abcdef", headers=CAROL), 404, "NOT_FOUND")
+
+
+@pytest.mark.parametrize("path", ["/healthz%0A", "/v1/admin/roles/editor%0A", "/v1/tools%7F", "/v1/runs/r%E2%80%A8"])
+async def test_a_path_holding_an_unprintable_character_is_invalid_request_on_any_route(client, path):
+    # Python's `$` in the parameter patterns also matches before a final newline.
+    assert_error(await client.get(path, headers=CAROL), 400, "INVALID_REQUEST")

@@ -156,6 +156,7 @@ async def test_policy_admin_lists_every_tool_with_its_policy(policy_client):
         {"timeout_s": 0},
         {"max_calls_per_run": 0},
         {"allowed_roles": ["no spaces allowed"]},
+        {"allowed_roles": ["editor\n"]},  # `$` alone would let a final newline through
         {"enabled": True, "surprise": 1},
     ],
 )

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.text import whole_text
 from gateway.tools.base import ArgumentsInvalid, StructArguments, call_hash
 from gateway.tools.builtin import (
     CreateArticleArgs,
@@ -137,7 +136,7 @@ def test_schema_lists_required_fields_and_types():
     schema = StructArguments(UpdateArticleArgs).json_schema()
     assert schema["required"] == ["article_id"]
     assert schema["properties"]["article_id"]["type"] == "string"
-    assert schema["properties"]["article_id"]["pattern"] == whole_text("[A-Za-z0-9_-]+")
+    assert schema["properties"]["article_id"]["pattern"] == "^[A-Za-z0-9_-]+$"
     assert set(schema["properties"]) == {"article_id", "title", "body"}
 
 
