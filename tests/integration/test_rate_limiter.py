@@ -126,3 +126,19 @@ def test_limits_of_zero_mean_no_limit_and_a_burst_of_zero_means_one_second() -> 
     assert Limit.from_settings(0, 100) is None
     assert Limit.from_settings(2.5, 0) == Limit(rate=2.5, burst=3)
     assert Limit.from_settings(5, 20) == Limit(rate=5, burst=20)
+
+
+async def test_buckets_are_read_by_key_even_when_planned_while_the_tables_were_small(db: Database) -> None:
+    # A session keeps the function's plans; one made on a nearly empty table may scan it, and
+    # would go on scanning it on that connection as the buckets grow with the users.
+    async with db.begin() as conn:
+        await conn.execute(sa.insert(RateLimitOverride).values(tenant_id="acme", scope="user", rate_per_s=5, burst=5))
+    take = "SELECT count(*) FROM gateway_take_tokens($1, $2, $3, $4, $5, NULL)"
+    scanned = ("SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_xact_user_tables "
+               "WHERE relname IN ('rate_limit_buckets', 'rate_limit_overrides')")
+    async with db.driver() as conn:
+        async with conn.transaction():
+            before = await conn.fetchval(scanned)
+            for _ in range(3):  # creates the buckets, then takes from them
+                await conn.fetchval(take, ["acme", "acme", "globex"], ["", "alice", "bob"], [1.0] * 3, [5.0] * 3, [1] * 3)
+            assert await conn.fetchval(scanned) - before == 0
