@@ -47,9 +47,13 @@ def refuse_line_breaks(**fields: str | list[str] | None) -> None:
     RE2); this closes the gap on the server's side. msgspec reports the error as the
     document's validation error."""
     for name, value in fields.items():
-        texts = [value] if isinstance(value, str) else value or []
-        if any("\n" in text for text in texts):
-            raise ValueError(f"`{name}` must not hold a line break")
+        if isinstance(value, str):
+            if "\n" in value:
+                raise ValueError(f"`{name}` must not hold a line break")
+            continue
+        for index, text in enumerate(value or []):
+            if "\n" in text:
+                raise ValueError(f"`{name}[{index}]` must not hold a line break")
 
 
 # --- storable text -------------------------------------------------------------------------

@@ -114,6 +114,7 @@ class RequestContextMiddleware:
             if scope["path"].isprintable():
                 await self.app(scope, receive, send_with_context)
             else:
+                metrics.http_error("INVALID_REQUEST")
                 await _refuse_unprintable_path(request_id, send_with_context)
         except Exception as exc:  # noqa: BLE001 - what escaped every handler: a stream that broke, say
             await self._failed(exc, request_id, started, scope, send_with_context)

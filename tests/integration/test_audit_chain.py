@@ -415,7 +415,6 @@ async def test_concurrent_sealers_seal_every_row_exactly_once(pg_url):
         await db.dispose()
 
 
-@pytest.mark.postgres
 async def test_a_sealer_that_loses_the_race_for_its_rows_rolls_back_and_the_next_round_seals_them(db, monkeypatch):
     import gateway.audit.sealer as sealer_module
 
@@ -439,6 +438,7 @@ async def test_a_sealer_that_loses_the_race_for_its_rows_rolls_back_and_the_next
     assert (report.ok, report.verified_rows, report.unsealed_rows) == (True, 5, 0)
 
 
+@pytest.mark.postgres
 async def test_cli_verify_names_the_first_broken_row_and_counts_unsealed(pg_url):
     await seeded(pg_url)
     db = Database.from_settings(Settings.from_flat(database_url=pg_url))

@@ -219,7 +219,9 @@ def test_a_client_that_stops_reading_holds_the_app_back(server):
     assert received > 32 * 1024 * 1024
 
 
-def test_a_client_that_ends_its_side_after_its_request_still_reads_the_answer(server):
+def test_a_client_that_ends_its_side_after_its_request_still_reads_an_answer_made_at_once(server):
+    # As uvicorn delivers it without the wrapper: an answer made while the EOF is handled
+    # goes out; one still being made then is lost either way (uvicorn closes on EOF).
     for _ in range(50):
         with server.connect() as client:
             client.sendall(b"GET /small HTTP/1.1\r\nhost: x\r\n\r\n")

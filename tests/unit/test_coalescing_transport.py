@@ -155,15 +155,21 @@ async def test_what_is_held_when_the_transport_starts_closing_is_still_written_i
     assert transport.is_closing()
 
 
-async def test_a_write_the_transport_refuses_as_closed_is_dropped(pair):
+async def test_a_write_the_transport_refuses_as_closed_is_dropped_and_any_other_refusal_is_raised(pair):
     transport, fake = pair
 
     def refuse(data: bytes) -> None:
         raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
 
     fake.write = refuse  # type: ignore[method-assign]
-    transport.write(b"lost with its connection")
-    await next_turn()  # no exception escapes to the loop
+    transport.write(b"held")
+    fake.closing = True
+    transport.flush()  # the connection is gone: dropped, nothing raised
+
+    fake.closing = False
+    transport.write(b"held")
+    with pytest.raises(RuntimeError):
+        transport.flush()  # an open transport refusing a write is not hidden
 
 
 async def test_everything_else_is_the_transports(pair):

@@ -201,7 +201,7 @@ def test_text_rich_in_escaped_pairs_is_storable_and_a_lone_half_among_them_is_no
 
 def test_a_line_break_in_a_checked_field_is_refused_naming_the_field():
     refuse_line_breaks(name="ops", permissions=["a:b", "c:d"], roles=None)
-    with pytest.raises(ValueError, match="`permissions` must not hold a line break"):
+    with pytest.raises(ValueError, match=r"`permissions\[1\]` must not hold a line break"):
         refuse_line_breaks(name="ops", permissions=["a:b", "c:d\n"])
     with pytest.raises(ValueError, match="`name`"):
         refuse_line_breaks(name="ops\n")
