@@ -41,6 +41,7 @@ from gateway.api.tools import ToolController
 from gateway.api.tool_calls_lane import ToolCallsLane
 from gateway.audit.export import ExportSlots
 from gateway.console.routes import console_routers
+from gateway.console.web import PREFIX as CONSOLE_PREFIX
 from gateway.console.oidc import OidcClient
 from gateway.audit.sealer import AuditSealer
 from gateway.auth.directory import TenantDirectory
@@ -300,7 +301,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     # The hot route's plain requests skip the framework's layers (gateway.api.tool_calls_lane);
     # the rest, and every error's answer, are Litestar's.
     lane = ToolCallsLane.in_front_of(app, services=slot, rate_limited=settings.rate_limits.enabled)
-    app.asgi_handler = RequestContextMiddleware(lane, metrics=metrics, in_flight=in_flight)
+    app.asgi_handler = RequestContextMiddleware(
+        lane, metrics=metrics, in_flight=in_flight, pages_prefix=CONSOLE_PREFIX
+    )
     return app
 
 

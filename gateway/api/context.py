@@ -64,12 +64,17 @@ async def _refuse_unprintable_path(request_id: str, send: Send) -> None:
 class RequestContextMiddleware:
     """Accepts a well-formed ``X-Request-ID`` or makes one, binds it for logging, times the
     request's stages, answers them in ``Server-Timing`` and adds those of tool-call requests
-    to the app's ``metrics``. A path holding an unprintable character goes no further: 400."""
+    to the app's ``metrics``. An API path holding an unprintable character goes no further: 400."""
 
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, in_flight: InFlight | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, in_flight: InFlight | None = None, pages_prefix: str | None = None
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.in_flight = in_flight if in_flight is not None else InFlight()
+        # Paths under it are a browser's pages, which answer a malformed id with a page of
+        # their own (404), not with the API's envelope.
+        self.pages_prefix = pages_prefix + "/" if pages_prefix else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,7 +116,8 @@ class RequestContextMiddleware:
             # Every path parameter is an id or a name of printable characters, but Python's `$`
             # in their patterns also matches before a final newline ("/v1/runs/run_1%0A"):
             # such a path is refused here, for every route at once.
-            if scope["path"].isprintable():
+            path = scope["path"]
+            if path.isprintable() or (self.pages_prefix is not None and path.startswith(self.pages_prefix)):
                 await self.app(scope, receive, send_with_context)
             else:
                 metrics.http_error("INVALID_REQUEST")
