@@ -49,12 +49,12 @@ _UNPRINTABLE_PATH_BODY = (
 )
 
 
-async def _refuse_unprintable_path(request_id: str, send: Send) -> None:
-    body = _UNPRINTABLE_PATH_BODY % request_id.encode()
+async def _send_envelope(send: Send, status: int, body: bytes) -> None:
+    """An error envelope answered here, outside the app's exception handlers."""
     await send(
         {
             "type": "http.response.start",
-            "status": 400,
+            "status": status,
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
         }
     )
@@ -115,13 +115,13 @@ class RequestContextMiddleware:
         try:
             # Every path parameter is an id or a name of printable characters, but Python's `$`
             # in their patterns also matches before a final newline ("/v1/runs/run_1%0A"):
-            # such a path is refused here, for every route at once.
+            # such a path is refused here, for every route of the API at once.
             path = scope["path"]
             if path.isprintable() or (self.pages_prefix is not None and path.startswith(self.pages_prefix)):
                 await self.app(scope, receive, send_with_context)
             else:
                 metrics.http_error("INVALID_REQUEST")
-                await _refuse_unprintable_path(request_id, send_with_context)
+                await _send_envelope(send_with_context, 400, _UNPRINTABLE_PATH_BODY % header_value)
         except Exception as exc:  # noqa: BLE001 - what escaped every handler: a stream that broke, say
             await self._failed(exc, request_id, started, scope, send_with_context)
         finally:
@@ -137,12 +137,4 @@ class RequestContextMiddleware:
         log_failure("request_failed", exc, error_id=error_id, path=scope.get("path"), response_started=started)
         if started:
             return
-        body = _INTERNAL_ERROR_BODY % (request_id.encode(), error_id.encode())
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 500,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _send_envelope(send, 500, _INTERNAL_ERROR_BODY % (request_id.encode(), error_id.encode()))
