@@ -22,13 +22,14 @@ expand to gigabytes inside one decoder call).
 
 Two ways through the pool, over the same connections' code and limits:
 - ``handle_async_request``: httpx's requests (model providers, the JWKS fetch) on httpcore's
-  HTTP/1.1 connection;
+  HTTP/1.1 connection, which speaks h11;
 - ``exchange``: an HTTP tool's one request and its answer, read up to a limit, on a
-  ``ToolConnection`` that drives h11 itself. The call needs none of what httpcore adds around
-  h11 (request and response objects that check their headers again, traces, a streaming body,
-  locks): on the HTTP tool path those were a quarter of the gateway's CPU per call.
+  ``ToolConnection`` that speaks HTTP/1.1 through ``http1`` (llhttp, strict). The call needs
+  none of what httpcore adds around h11 (request and response objects that check their
+  headers again, traces, a streaming body, locks), nor h11's pure-Python parsing: on the HTTP
+  tool path those were a third of the gateway's CPU per call.
 
-HTTP/1.1 itself is h11's, either way; business services are reached over HTTP/1.1 only.
+Business services are reached over HTTP/1.1 only.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-import h11
 import httpcore
 import httpx
+
+from gateway.tools import http1
 
 
 READ_BUFFER_LIMIT = 256 * 1024
@@ -447,115 +449,76 @@ class ServiceCall:
 class ServiceAnswer:
     status: int
     headers: list[tuple[bytes, bytes]]
-    """Names in lower case, as h11 gives them."""
+    """Names in lower case."""
     body: bytes
     complete: bool
     """False when the body went past its limit: ``body`` is its first ``limit`` bytes."""
 
 
-MAX_INCOMPLETE_EVENT_SIZE = 100 * 1024
-"""Most bytes of a response head h11 buffers before it refuses it (httpcore's figure)."""
 READ_NUM_BYTES = 64 * 1024
 
 
 class ToolConnection:
-    """A kept-alive HTTP/1.1 connection of HTTP tool calls, h11 driven directly, one exchange
-    at a time (the pool hands it to one call). Reused only on the terms of ``ServiceConnection``:
-    the last exchange complete on both sides, nothing left over anywhere."""
+    """A kept-alive HTTP/1.1 connection of HTTP tool calls, one exchange at a time (the pool
+    hands it to one call), spoken by ``http1``. Reused only on the terms of
+    ``ServiceConnection``: the last exchange complete on both sides, nothing left over anywhere."""
 
     def __init__(self, stream: AsyncioStream, *, keepalive_expiry: float | None) -> None:
         self._stream = stream
-        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_INCOMPLETE_EVENT_SIZE)
         self._keepalive_expiry = keepalive_expiry
         self._idle_since = time.monotonic()
         self._clean = True
-        """False once an answer may have come before its request's body was read."""
+        """False once an exchange did not end complete and kept-alive, or an answer may have
+        come before its request's body was read."""
 
     async def exchange(self, call: ServiceCall) -> ServiceAnswer:
-        conn = self._h11
-        try:
-            request = h11.Request(method=call.method, target=call.target, headers=call.headers)
-            data = conn.send(request)
-            if call.body:
-                data += conn.send(h11.Data(data=call.body))
-            data += conn.send(h11.EndOfMessage())
-        except h11.LocalProtocolError as exc:
-            raise httpcore.LocalProtocolError(str(exc)) from None
+        data = http1.encode_request(call.method, call.target, call.headers, call.body)
+        self._clean = False  # until this exchange ends as the next one may follow it
         try:
             await self._stream.write(data, timeout=call.timeouts.get("write"))
         except httpcore.WriteError:
             # A service may answer and close before it read the whole request (a 413, say): its
-            # answer is still this call's. The connection is not reused (answered_early, or h11's state).
+            # answer is still this call's. The connection is not reused (answered_early, or it ended).
             pass
         read_timeout = call.timeouts.get("read")
-        while True:  # 1xx answers are skipped (h11 refuses a 101 nobody asked for)
-            event = await self._next_event(read_timeout)
-            if isinstance(event, h11.Response):
-                break
-        status = event.status_code
-        if call.body and not 200 <= status < 300:
-            # How a service refuses a body it did not read (401, 413, ...): it may read that body
-            # as its next request, and answer it whenever, so the connection is not reused.
-            self._clean = False
-        headers = list(event.headers)
-        chunks = self._body(read_timeout)
-        try:
-            body, complete = await _read_capped(
-                header_value(headers, b"content-encoding").decode("latin-1"),
-                chunks,
-                call.limit if 200 <= status < 300 else call.error_limit,
-            )
-        except EncodedBody as exc:
-            raise EncodedBody(exc.encoding, status) from None
-        finally:
-            await chunks.aclose()
-        # A body cut at its limit leaves the exchange incomplete: the connection is closed when released.
-        if complete and conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()
+        answer = http1.ResponseReader()
+        while answer.status is None:
+            await self._receive(answer, read_timeout)
+        status = answer.status
+        encoding = header_value(answer.headers, b"content-encoding").decode("latin-1").strip().lower()
+        if encoding not in ("", "identity"):
+            raise EncodedBody(encoding, status)
+        limit = call.limit if 200 <= status < 300 else call.error_limit
+        while not answer.complete and answer.body_size <= limit:
+            await self._receive(answer, read_timeout)
+        body = b"".join(answer.body)
+        if answer.body_size > limit:
+            # Cut at its limit: the rest is never read, and the connection is closed when released.
+            return ServiceAnswer(status=status, headers=answer.headers, body=body[:limit], complete=False)
+        # How a service refuses a body it did not read (401, 413, ...): it may read that body
+        # as its next request, and answer it whenever, so the connection is not reused.
+        if answer.keep_alive() and not (call.body and not 200 <= status < 300):
+            self._clean = True
             self._idle_since = time.monotonic()
-        return ServiceAnswer(status=status, headers=headers, body=body, complete=complete)
+        return ServiceAnswer(status=status, headers=answer.headers, body=body, complete=True)
 
-    async def _body(self, timeout: float | None) -> AsyncGenerator[bytes, None]:
-        while True:
-            event = await self._next_event(timeout)
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return
-
-    async def _next_event(self, timeout: float | None) -> Any:
-        conn = self._h11
-        while True:
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpcore.RemoteProtocolError(str(exc)) from None
-            if event is not h11.NEED_DATA:
-                if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
-                    raise httpcore.RemoteProtocolError("the service closed the connection mid-answer")
-                return event
-            data = await self._stream.read(READ_NUM_BYTES, timeout=timeout)
-            if not data and conn.their_state is h11.SEND_RESPONSE:
-                raise httpcore.RemoteProtocolError("Server disconnected without sending a response.")
-            conn.receive_data(data)
+    async def _receive(self, answer: http1.ResponseReader, timeout: float | None) -> None:
+        data = await self._stream.read(READ_NUM_BYTES, timeout=timeout)
+        if data:
+            answer.feed(data)
+        else:
+            answer.end_of_stream()
 
     def reusable(self) -> bool:
-        """The last exchange is complete (the next cycle started: both sides idle), the request
-        went out before any answer arrived, and no byte is left over anywhere."""
-        conn = self._h11
-        if not self._clean or self._stream.answered_early:
-            return False
-        if conn.our_state is not h11.IDLE or conn.their_state is not h11.IDLE:
-            return False
-        leftover, closed = conn.trailing_data
-        return not leftover and not closed and not self._stream.unclaimed()
+        """The last exchange ended complete and kept-alive, the request went out before any
+        answer arrived, and no byte is left over anywhere."""
+        return self._clean and not self._stream.answered_early and not self._stream.unclaimed()
 
     def has_expired(self) -> bool:
         return self._keepalive_expiry is not None and time.monotonic() - self._idle_since > self._keepalive_expiry
 
     async def aclose(self) -> None:
         await self._stream.aclose()
-
 
 
 def _key(request: httpcore.Request) -> _Key:
