@@ -23,7 +23,9 @@ MAX_HEAD_BYTES = 100 * 1024
 """Most bytes an answer's head (interim answers included) may take (httpcore's figure for h11)."""
 
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-_FIELD_VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[ \t]*[\x21-\x7e\x80-\xff])*)?")
+_NOT_IN_A_FIELD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""Control characters but HTAB: what may not appear in a field value (RFC 9110 5.5), CR and LF above all."""
+_WHITESPACE = (b" ", b"\t")
 _TARGET = re.compile(rb"/[\x21-\x7e]*")
 _NO_BODY_STATUSES = frozenset({204, 304})
 _HTTP1_VERSIONS = frozenset({"1.0", "1.1"})
@@ -41,7 +43,8 @@ def encode_request(method: bytes, target: bytes, headers: list[tuple[bytes, byte
     hosts = 0
     lengths: list[bytes] = []
     for name, value in headers:
-        if not _TOKEN.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
+        if (not _TOKEN.fullmatch(name) or _NOT_IN_A_FIELD_VALUE.search(value)
+                or value[:1] in _WHITESPACE or value[-1:] in _WHITESPACE):
             raise httpcore.LocalProtocolError("a request header is not valid HTTP/1.1")
         lowered = name.lower()
         if lowered == b"host":
