@@ -7,9 +7,12 @@ refused: a header name or value that is not a token or field value, a request wi
 ``Host`` or with a ``Content-Length`` that is not its body's, an answer that llhttp's strict
 parser refuses (a malformed head, ``Content-Length`` beside ``Transfer-Encoding``, two
 different lengths, bad chunk framing), a head past ``MAX_HEAD_BYTES``, a ``101`` nobody asked
-for, a transfer coding other than ``chunked``. llhttp goes on parsing bytes that follow an
+for, a transfer coding other than ``chunked`` or named twice, body framing (chunk sizes,
+extensions, trailers) past ``MAX_HEAD_BYTES`` without progress, and an HTTP/1.0 answer's
+connection is not kept. Trailers are dropped. llhttp goes on parsing bytes that follow an
 answer; ``ResponseReader`` keeps none of them and remembers that they came (``spilled``), so
-the connection is not reused.
+the connection is not reused. Accepted where h11 refused: a ``100`` sent before the answer
+with ``Connection: close`` is refused instead (llhttp takes the connection as ending).
 """
 
 from __future__ import annotations
@@ -68,15 +71,20 @@ class ResponseReader:
     skipped, the head, the body as it comes, and whether it is complete.
 
     Raises ``httpcore.RemoteProtocolError`` for an answer llhttp refuses, a head past
-    ``MAX_HEAD_BYTES``, a ``101`` or a transfer coding other than ``chunked``. Bytes after
+    ``MAX_HEAD_BYTES``, a ``101`` or a transfer coding other than ``chunked``. What frames the
+    body (chunk sizes and extensions, trailers) may take ``MAX_HEAD_BYTES`` between two pieces
+    of progress, and trailers are parsed and dropped, never taken for headers. Bytes after
     the answer are not parsed into it: ``spilled`` says they came."""
 
-    __slots__ = ("_parser", "_head_bytes", "headers", "status", "body", "body_size", "complete", "spilled",
-                 "fed", "_keep_alive")
+    __slots__ = ("_parser", "_head_bytes", "_framing_bytes", "_progress", "headers", "status", "body",
+                 "body_size", "complete", "spilled", "fed", "_keep_alive")
 
     def __init__(self) -> None:
         self._parser = httptools.HttpResponseParser(self)
         self._head_bytes = 0
+        self._framing_bytes = 0
+        """Bytes since the last piece of progress (a chunk begun or ended, body) that were not body."""
+        self._progress = False
         self.headers: list[tuple[bytes, bytes]] = []
         """Names in lower case; values without the whitespace around them."""
         self.status: int | None = None
@@ -93,18 +101,28 @@ class ResponseReader:
         if self.complete:
             self.spilled = True
             return
-        if self.status is None:
+        in_head = self.status is None
+        if in_head:
             self._head_bytes += len(data)
+        body_before = self.body_size
+        self._progress = False
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            raise httpcore.RemoteProtocolError("the service switched protocols unasked") from None
-        except httptools.HttpParserError:
+        except (httptools.HttpParserUpgrade, httptools.HttpParserError) as exc:
             if not self.complete:
-                raise httpcore.RemoteProtocolError("the service's answer is not valid HTTP/1.1") from None
-            self.spilled = True  # garbage after a whole answer: the answer stands, the connection goes
+                message = ("the service switched protocols unasked" if isinstance(exc, httptools.HttpParserUpgrade)
+                           else "the service's answer is not valid HTTP/1.1")
+                raise httpcore.RemoteProtocolError(message) from None
+            self.spilled = True  # anything after a whole answer: the answer stands, the connection goes
         if self.status is None and self._head_bytes > MAX_HEAD_BYTES:
             raise httpcore.RemoteProtocolError("the service's answer has too long a head")
+        if not in_head and not self.complete:
+            # One read (at most 64 KiB) may end a piece and start another: what it holds
+            # beyond body counts only when nothing moved on in it.
+            framing = len(data) - (self.body_size - body_before)
+            self._framing_bytes = 0 if self._progress else self._framing_bytes + framing
+            if self._framing_bytes > MAX_HEAD_BYTES:
+                raise httpcore.RemoteProtocolError("the service's answer frames its body with too many bytes")
 
     def end_of_stream(self) -> None:
         """The connection ended: complete an answer whose body runs to the end of the
@@ -135,7 +153,7 @@ class ResponseReader:
             self.spilled = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self.complete:
+        if self.status is None:  # a trailer (after the head) is dropped
             self.headers.append((name.lower(), value.strip(b" \t")))
 
     def on_headers_complete(self) -> None:
@@ -150,18 +168,26 @@ class ResponseReader:
                 # connection's end): refused rather than let the answer hide in it.
                 raise _Refused
             return  # interim: its headers are dropped when it completes
-        for name, value in self.headers:
-            if name == b"transfer-encoding" and value.lower() != b"chunked":
-                # llhttp would read such a body to the connection's end; h11 refused it, and so do we.
-                raise _Refused
-        # Asked now: llhttp forgets the answer's connection headers once it is complete.
-        self._keep_alive = self._parser.should_keep_alive()
+        codings = [value for name, value in self.headers if name == b"transfer-encoding"]
+        if codings and (len(codings) > 1 or codings[0].lower() != b"chunked"):
+            # llhttp would read such a body to the connection's end; h11 refused it, and so do we.
+            raise _Refused
+        # Asked now: llhttp forgets the answer's connection headers once it is complete. An
+        # HTTP/1.0 answer's connection is not kept, whatever it says (as h11 does).
+        self._keep_alive = self._parser.should_keep_alive() and self._parser.get_http_version() == "1.1"
         self.status = status
 
     def on_body(self, body: bytes) -> None:
         if not self.complete:
             self.body.append(body)
             self.body_size += len(body)
+            self._progress = True
+
+    def on_chunk_header(self) -> None:
+        self._progress = True
+
+    def on_chunk_complete(self) -> None:
+        self._progress = True
 
     def on_message_complete(self) -> None:
         if self.complete:

@@ -199,3 +199,52 @@ def test_an_answer_that_ends_its_connection_is_read_and_the_connection_not_kept(
 def test_answers_without_a_body_complete_at_their_head(status: int) -> None:
     reader = read(b"HTTP/1.1 %d X\r\n\r\n" % status)
     assert reader.complete and reader.body == [] and reader.keep_alive()
+
+
+def test_trailers_are_read_and_dropped_never_taken_for_headers() -> None:
+    reader = read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"
+                  b"Content-Encoding: gzip\r\nRetry-After: 1\r\n\r\n")
+    assert reader.complete and b"".join(reader.body) == b"ok" and reader.keep_alive()
+    assert reader.headers == [(b"transfer-encoding", b"chunked")]
+
+
+@pytest.mark.parametrize(
+    ("start", "piece"),
+    [
+        (b"2\r\nok\r\n0\r\n", b"X-Trailer: yyyyyyyy\r\n"),  # trailers without end
+        (b"2\r\nok\r\n0\r\nX-Trailer: ", b"y" * 64),  # one trailer without end
+        (b"1;a=", b"b" * 64),  # a chunk extension without end
+        (b"", b"0" * 64),  # a chunk size of zeros without end
+    ],
+)
+def test_what_frames_a_body_without_end_is_refused_within_the_head_limit(start: bytes, piece: bytes) -> None:
+    reader = read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + start)
+    fed = 0
+    with pytest.raises(httpcore.RemoteProtocolError):
+        while fed < 4 * MAX_HEAD_BYTES:
+            reader.feed(piece * 64)
+            fed += len(piece) * 64
+    assert fed <= MAX_HEAD_BYTES + len(piece) * 64
+    assert len(reader.headers) == 1
+
+
+def test_a_body_of_many_small_chunks_is_read_whole() -> None:
+    chunks = b"1\r\nx\r\n" * 100_000
+    data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+    reader = read(*(data[i:i + 65536] for i in range(0, len(data), 65536)))
+    assert reader.complete and reader.body_size == 100_000
+
+
+def test_two_transfer_encoding_lines_are_refused() -> None:
+    refused(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+
+
+def test_an_http_1_0_answer_never_keeps_its_connection_whatever_it_says() -> None:
+    reader = read(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
+    assert reader.complete and not reader.keep_alive()
+
+
+def test_a_switch_of_protocols_after_a_whole_answer_leaves_the_answer_standing() -> None:
+    reader = read(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                  b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n")
+    assert reader.status == 200 and b"".join(reader.body) == b"ok" and not reader.keep_alive()
