@@ -346,6 +346,10 @@ class ServicePool:
 
     async def _take_slot(self, timeout: float | None) -> None:
         """One of ``max_connections``, within ``timeout`` (``PoolTimeout`` past it)."""
+        if not self._slots.locked():
+            # Free, and nobody waiting ahead: taken without suspending, so without a timer.
+            await self._slots.acquire()
+            return
         try:
             async with asyncio.timeout(timeout):
                 await self._slots.acquire()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import httpcore
 import httpx
 import pytest
 
-from gateway.tools.http_transport import service_transport
+from gateway.tools.http_transport import ServiceCall, pool_of, service_transport
 
 
 class CountingServer:
@@ -129,3 +130,29 @@ async def test_a_refused_connection_is_a_connect_error_and_frees_its_slot(server
             with pytest.raises(httpx.ConnectError):
                 await http.get(str(closed))
         assert (await http.get(f"{base}/x")).status_code == 200
+
+
+async def test_a_call_that_finds_every_connection_busy_waits_its_pool_timeout_then_gives_up(server):
+    counting, base = server
+    counting.release.clear()
+    pool = pool_of(service_transport(limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)))
+    first = asyncio.create_task(pool.exchange(tool_call(base, pool_timeout=5.0)))
+    await asyncio.sleep(0.1)
+    with pytest.raises(httpcore.PoolTimeout):
+        await pool.exchange(tool_call(base, pool_timeout=0.2))
+    waiting = asyncio.create_task(pool.exchange(tool_call(base, pool_timeout=5.0)))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # queued behind the first, in order
+    counting.release.set()
+    assert (await first).status == 200 and (await waiting).status == 200
+    assert counting.most_in_flight == 1
+    await pool.aclose()
+
+
+def tool_call(base: str, *, pool_timeout: float) -> ServiceCall:
+    url = httpx.URL(f"{base}/x")
+    return ServiceCall(
+        scheme=b"http", host=url.host.encode(), port=url.port or 80, target=b"/x", method=b"GET",
+        headers=[(b"host", url.netloc)], body=None, partition=None,
+        timeouts={"connect": 5.0, "read": 5.0, "write": 5.0, "pool": pool_timeout}, limit=1024, error_limit=1024,
+    )
