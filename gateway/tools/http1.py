@@ -24,6 +24,9 @@ import httptools
 
 MAX_HEAD_BYTES = 100 * 1024
 """Most bytes an answer's head (interim answers included) may take (httpcore's figure for h11)."""
+FRAMING_PER_BODY_BYTE = 16
+"""Bytes of chunk framing (sizes, extensions, trailers) a body may come with per byte of it,
+past ``MAX_HEAD_BYTES``: one-byte chunks take 5, an extension more."""
 
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 _NOT_IN_A_FIELD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -73,24 +76,27 @@ class ResponseReader:
     Raises ``httpcore.RemoteProtocolError`` for an answer llhttp refuses, a head past
     ``MAX_HEAD_BYTES``, a ``101`` or a transfer coding other than ``chunked``. What frames the
     body (chunk sizes and extensions, trailers) may take ``MAX_HEAD_BYTES`` between two pieces
-    of progress, and trailers are parsed and dropped, never taken for headers. Bytes after
-    the answer are not parsed into it: ``spilled`` says they came."""
+    of progress, and ``FRAMING_PER_BODY_BYTE`` per body byte in all (so that one-byte chunks
+    with long extensions cannot keep a call reading); trailers are parsed and dropped, never
+    taken for headers. Bytes after the answer are not parsed into it: ``spilled`` says they
+    came (llhttp skips a bare CRLF after an answer in the same read: read and dropped)."""
 
-    __slots__ = ("_parser", "_head_bytes", "_framing_bytes", "_progress", "headers", "status", "body",
-                 "body_size", "complete", "spilled", "fed", "_keep_alive")
+    __slots__ = ("_parser", "_head_bytes", "_framing_bytes", "_framing_total", "_progress", "headers", "status",
+                 "body", "complete", "spilled", "fed", "_keep_alive")
 
     def __init__(self) -> None:
         self._parser = httptools.HttpResponseParser(self)
         self._head_bytes = 0
         self._framing_bytes = 0
         """Bytes since the last piece of progress (a chunk begun or ended, body) that were not body."""
+        self._framing_total = 0
         self._progress = False
         self.headers: list[tuple[bytes, bytes]] = []
         """Names in lower case; values without the whitespace around them."""
         self.status: int | None = None
         """Set when the final answer's head is complete."""
-        self.body: list[bytes] = []
-        self.body_size = 0
+        self.body = bytearray()
+        """One buffer, not a list of pieces: a body of one-byte chunks would cost ~90 times its size."""
         self.complete = False
         self.spilled = False
         self.fed = False
@@ -104,7 +110,7 @@ class ResponseReader:
         in_head = self.status is None
         if in_head:
             self._head_bytes += len(data)
-        body_before = self.body_size
+        body_before = len(self.body)
         self._progress = False
         try:
             self._parser.feed_data(data)
@@ -119,9 +125,11 @@ class ResponseReader:
         if not in_head and not self.complete:
             # One read (at most 64 KiB) may end a piece and start another: what it holds
             # beyond body counts only when nothing moved on in it.
-            framing = len(data) - (self.body_size - body_before)
+            framing = len(data) - (len(self.body) - body_before)
             self._framing_bytes = 0 if self._progress else self._framing_bytes + framing
-            if self._framing_bytes > MAX_HEAD_BYTES:
+            self._framing_total += framing
+            if (self._framing_bytes > MAX_HEAD_BYTES
+                    or self._framing_total > MAX_HEAD_BYTES + FRAMING_PER_BODY_BYTE * len(self.body)):
                 raise httpcore.RemoteProtocolError("the service's answer frames its body with too many bytes")
 
     def end_of_stream(self) -> None:
@@ -179,8 +187,7 @@ class ResponseReader:
 
     def on_body(self, body: bytes) -> None:
         if not self.complete:
-            self.body.append(body)
-            self.body_size += len(body)
+            self.body += body
             self._progress = True
 
     def on_chunk_header(self) -> None:

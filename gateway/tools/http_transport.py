@@ -493,10 +493,10 @@ class ToolConnection:
         if encoding not in ("", "identity"):
             raise EncodedBody(encoding, status)
         limit = call.limit if 200 <= status < 300 else call.error_limit
-        while not answer.complete and answer.body_size <= limit:
+        while not answer.complete and len(answer.body) <= limit:
             await self._receive(answer, read_timeout)
-        body = b"".join(answer.body)
-        if answer.body_size > limit:
+        body = bytes(answer.body)
+        if len(body) > limit:
             # Cut at its limit: the rest is never read, and the connection is closed when released.
             return ServiceAnswer(status=status, headers=answer.headers, body=body[:limit], complete=False)
         # How a service refuses a body it did not read (401, 413, ...): it may read that body

@@ -3,12 +3,14 @@ is parsed strictly, and nothing after an answer becomes part of it."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import httpcore
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.tools.http1 import MAX_HEAD_BYTES, ResponseReader, encode_request
+from gateway.tools.http1 import FRAMING_PER_BODY_BYTE, MAX_HEAD_BYTES, ResponseReader, encode_request
 
 HOST = (b"host", b"orders.internal:8080")
 
@@ -78,7 +80,7 @@ def test_a_whole_answer_is_read_and_its_connection_may_go_on() -> None:
     reader = read(b"HTTP/1.1 200 OK\r\nContent-Type:  application/json \r\nContent-Length: 2\r\n\r\n{}")
     assert (reader.status, reader.complete, reader.keep_alive()) == (200, True, True)
     assert reader.headers == [(b"content-type", b"application/json"), (b"content-length", b"2")]
-    assert b"".join(reader.body) == b"{}"
+    assert bytes(reader.body) == b"{}"
 
 
 @settings(max_examples=60)
@@ -90,7 +92,7 @@ def test_an_answer_split_anywhere_reads_the_same(cuts: list[int]) -> None:
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True) if a < b]
     reader = read(*chunks)
     assert (reader.status, reader.complete, reader.keep_alive()) == (201, True, True)
-    assert b"".join(reader.body) == b"abcde"
+    assert bytes(reader.body) == b"abcde"
     assert reader.headers[:2] == [(b"transfer-encoding", b"chunked"), (b"x-a", b"1")]
 
 
@@ -143,14 +145,14 @@ def test_endless_interim_answers_are_bounded_by_the_head_limit() -> None:
 def test_a_second_answer_in_the_same_bytes_is_not_mixed_into_the_first() -> None:
     reader = read(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nmine"
                   b"HTTP/1.1 200 OK\r\nX-Theirs: 1\r\nContent-Length: 6\r\n\r\ntheirs")
-    assert b"".join(reader.body) == b"mine" and reader.headers == [(b"content-length", b"4")]
+    assert bytes(reader.body) == b"mine" and reader.headers == [(b"content-length", b"4")]
     assert reader.complete and reader.spilled and not reader.keep_alive()
 
 
 @pytest.mark.parametrize("extra", [b"garbage", b"\x00\x01", b"HTTP/1.1 2"])
 def test_bytes_after_a_whole_answer_leave_it_standing_and_the_connection_unused(extra: bytes) -> None:
     reader = read(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + extra)
-    assert reader.status == 200 and b"".join(reader.body) == b"ok"
+    assert reader.status == 200 and bytes(reader.body) == b"ok"
     assert reader.spilled and not reader.keep_alive()
 
 
@@ -161,12 +163,12 @@ def test_bytes_in_a_later_read_after_a_whole_answer_are_not_parsed() -> None:
 
 def test_a_body_longer_than_its_length_is_cut_there() -> None:
     reader = read(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA")
-    assert b"".join(reader.body) == b"ok" and reader.spilled
+    assert bytes(reader.body) == b"ok" and reader.spilled
 
 
 def test_a_body_that_runs_to_the_end_of_the_connection_completes_there_and_ends_it() -> None:
     reader = read(b"HTTP/1.1 200 OK\r\n\r\npart one, ", b"part two", end=True)
-    assert b"".join(reader.body) == b"part one, part two" and reader.complete and not reader.keep_alive()
+    assert bytes(reader.body) == b"part one, part two" and reader.complete and not reader.keep_alive()
 
 
 @pytest.mark.parametrize(
@@ -192,19 +194,19 @@ def test_a_connection_that_ends_before_the_answer_does_is_refused(chunks: tuple[
 )
 def test_an_answer_that_ends_its_connection_is_read_and_the_connection_not_kept(data: bytes) -> None:
     reader = read(data)
-    assert reader.complete and b"".join(reader.body) == b"ok" and not reader.keep_alive()
+    assert reader.complete and bytes(reader.body) == b"ok" and not reader.keep_alive()
 
 
 @pytest.mark.parametrize("status", [204, 304])
 def test_answers_without_a_body_complete_at_their_head(status: int) -> None:
     reader = read(b"HTTP/1.1 %d X\r\n\r\n" % status)
-    assert reader.complete and reader.body == [] and reader.keep_alive()
+    assert reader.complete and reader.body == b"" and reader.keep_alive()
 
 
 def test_trailers_are_read_and_dropped_never_taken_for_headers() -> None:
     reader = read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"
                   b"Content-Encoding: gzip\r\nRetry-After: 1\r\n\r\n")
-    assert reader.complete and b"".join(reader.body) == b"ok" and reader.keep_alive()
+    assert reader.complete and bytes(reader.body) == b"ok" and reader.keep_alive()
     assert reader.headers == [(b"transfer-encoding", b"chunked")]
 
 
@@ -232,7 +234,7 @@ def test_a_body_of_many_small_chunks_is_read_whole() -> None:
     chunks = b"1\r\nx\r\n" * 100_000
     data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
     reader = read(*(data[i:i + 65536] for i in range(0, len(data), 65536)))
-    assert reader.complete and reader.body_size == 100_000
+    assert reader.complete and len(reader.body) == 100_000
 
 
 def test_two_transfer_encoding_lines_are_refused() -> None:
@@ -247,4 +249,29 @@ def test_an_http_1_0_answer_never_keeps_its_connection_whatever_it_says() -> Non
 def test_a_switch_of_protocols_after_a_whole_answer_leaves_the_answer_standing() -> None:
     reader = read(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
                   b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n")
-    assert reader.status == 200 and b"".join(reader.body) == b"ok" and not reader.keep_alive()
+    assert reader.status == 200 and bytes(reader.body) == b"ok" and not reader.keep_alive()
+
+
+def test_a_body_of_one_byte_chunks_takes_memory_of_its_size_not_of_its_pieces() -> None:
+    tracemalloc.start()
+    try:
+        reader = read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        piece = b"1\r\nx\r\n" * 10_000
+        for _ in range(20):
+            reader.feed(piece)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(reader.body) == 200_000
+    assert peak < 4 * 200_000
+
+
+def test_long_extensions_on_one_byte_chunks_cannot_keep_a_call_reading() -> None:
+    reader = read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"1;e=" + b"a" * 60_000 + b"\r\nx\r\n"  # progress in every read, 60 KB of framing a byte
+    fed = 0
+    with pytest.raises(httpcore.RemoteProtocolError, match="too many bytes"):
+        while fed < 100 * len(chunk):
+            reader.feed(chunk)
+            fed += len(chunk)
+    assert fed <= MAX_HEAD_BYTES + FRAMING_PER_BODY_BYTE * len(reader.body) + len(chunk)
