@@ -28,7 +28,10 @@ from typing import IO
 import asyncpg
 import httpx
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gateway.auth.dev_tokens import mint_token
+from gateway.observability.timing import STAGES
 from gateway.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -216,6 +219,50 @@ def wrk(
     requests, duration_us, errors, p50, p99, non2xx = map(int, match.groups())
     return Sample(rps=requests / (duration_us / 1e6), p50_ms=p50 / 1000, p99_ms=p99 / 1000, errors=errors + non2xx,
                   requests=requests)
+
+
+class StageTimes:
+    """Where the gateway's tool-call requests spent their time between two readings of its
+    stage counters (``/metrics``: the ``Server-Timing`` stages added up), per request."""
+
+    def __init__(self, gateway_url: str) -> None:
+        self._url = gateway_url + "/metrics"
+        self._last: dict[str, float] | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was counted (a warm-up's)."""
+        self._spent = dict.fromkeys(STAGES, 0.0)
+        self._requests = 0.0
+
+    def mark(self) -> None:
+        """Start counting from now (the time since the last reading is not counted)."""
+        self._last = self._read()
+
+    def add(self) -> None:
+        """Count the requests since the last reading."""
+        now = self._read()
+        if self._last is not None:
+            for stage in STAGES:
+                self._spent[stage] += now[stage] - self._last[stage]
+            self._requests += now["requests"] - self._last["requests"]
+        self._last = now
+
+    def line(self) -> str:
+        if not self._requests:
+            return "no tool-call requests timed"
+        stages = ", ".join(f"{stage} {1000 * self._spent[stage] / self._requests:.2f}" for stage in STAGES)
+        return f"ms per request by stage ({self._requests:.0f} requests): {stages}"
+
+    def _read(self) -> dict[str, float]:
+        values = dict.fromkeys((*STAGES, "requests"), 0.0)
+        for family in text_string_to_metric_families(httpx.get(self._url, timeout=10).text):
+            for sample in family.samples:
+                if sample.name == "gateway_stage_seconds_total" and sample.labels.get("stage") in values:
+                    values[sample.labels["stage"]] = sample.value
+                elif sample.name == "gateway_tool_call_requests_total":
+                    values["requests"] = sample.value
+        return values
 
 
 def median(samples: list[Sample], attr: str) -> float:

@@ -47,15 +47,25 @@ def main() -> int:
             )
             gateway_url, baseline_url, token, runs = servers.gateway_url, servers.baseline_url, servers.token, servers.runs
 
+            stages = {1: common.StageTimes(gateway_url), 8: common.StageTimes(gateway_url)}
+
             def drive(url: str, batch: int, label: str) -> Sample:
-                return common.wrk(url, "tool_calls.lua", [token, common.fresh_prefix(label), str(batch), *runs],
-                                  connections=args.connections, duration=args.duration)
+                timed = stages[batch] if url == gateway_url else None
+                if timed is not None:
+                    timed.mark()
+                sample = common.wrk(url, "tool_calls.lua", [token, common.fresh_prefix(label), str(batch), *runs],
+                                    connections=args.connections, duration=args.duration)
+                if timed is not None:
+                    timed.add()
+                return sample
 
             print(f"warming up ({args.connections} connections, {args.runs} runs) ...", file=sys.stderr)
             drive(gateway_url, 1, "w")
             drive(baseline_url, 1, "w")
             drive(gateway_url, 8, "w")
 
+            for timed in stages.values():
+                timed.reset()  # the warm-up's
             single, base, batch = [], [], []
             for repeat in range(1, args.repeats + 1):
                 single.append(drive(gateway_url, 1, "s"))
@@ -67,6 +77,8 @@ def main() -> int:
                     file=sys.stderr,
                 )
             report(single, base, batch)
+            print(f"\ngateway, 1 call/request:  {stages[1].line()}")
+            print(f"gateway, 8 calls/request: {stages[8].line()}")
             common.warn_on_errors(single + base + batch)
             return 0
         finally:

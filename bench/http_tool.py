@@ -130,13 +130,16 @@ def main() -> int:
                     raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
 
             gateway_cpu_us: list[float] = []
+            stages = common.StageTimes(gateway_url)
 
             def through_gateway(label: str) -> Sample:
                 before = process_cpu_s(processes[0].pid)
+                stages.mark()
                 sample = common.wrk(gateway_url, "http_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
                                     connections=args.connections, duration=args.duration)
                 if sample.requests:
                     gateway_cpu_us.append(1e6 * (process_cpu_s(processes[0].pid) - before) / sample.requests)
+                stages.add()
                 return sample
 
             def direct(label: str) -> Sample:
@@ -152,6 +155,7 @@ def main() -> int:
             direct("w")
 
             gateway_cpu_us.clear()  # the warm-up's
+            stages.reset()
             via, straight, reference = [], [], []
             for repeat in range(1, args.repeats + 1):
                 via.append(through_gateway("g"))
@@ -166,6 +170,7 @@ def main() -> int:
             if gateway_cpu_us:
                 print(f"gateway CPU per HTTP tool call:  {statistics.median(gateway_cpu_us):.0f} µs "
                       "(the serving process's user + system time over the requests wrk completed)")
+            print(f"HTTP tool through the gateway, {stages.line()}")
             common.warn_on_errors(via + straight + reference)
             return 0
         finally:
