@@ -489,9 +489,7 @@ class ToolConnection:
         while answer.status is None:
             await self._receive(answer, read_timeout)
         status = answer.status
-        encoding = header_value(answer.headers, b"content-encoding").decode("latin-1").strip().lower()
-        if encoding not in ("", "identity"):
-            raise EncodedBody(encoding, status)
+        refuse_encoded(header_value(answer.headers, b"content-encoding").decode("latin-1"), status)
         limit = call.limit if 200 <= status < 300 else call.error_limit
         while not answer.complete and len(answer.body) <= limit:
             await self._receive(answer, read_timeout)
@@ -607,10 +605,15 @@ def header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
     return values[0] if len(values) == 1 else b", ".join(values)
 
 
-async def _read_capped(content_encoding: str, chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
+def refuse_encoded(content_encoding: str, status: int | None = None) -> None:
+    """Raise ``EncodedBody`` unless ``content_encoding`` (a response's header) says identity."""
     encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):
-        raise EncodedBody(encoding)
+        raise EncodedBody(encoding, status)
+
+
+async def _read_capped(content_encoding: str, chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
+    refuse_encoded(content_encoding)
     parts: list[bytes] = []
     size = 0
     async for chunk in chunks:
