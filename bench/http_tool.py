@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
-from bench.cpu_per_call import process_cpu_s  # noqa: E402
+from bench.cpu_per_call import postgres_cpu_s, postmaster_of, process_cpu_s  # noqa: E402
 from bench.common import Sample, median  # noqa: E402
 from gateway.auth.principal import Principal  # noqa: E402
 from gateway.auth.service_tokens import ServiceTokenSigner, generate_signing_key_pem  # noqa: E402
@@ -129,22 +129,32 @@ def main() -> int:
                 if '\\"ok\\":true' not in check.text:
                     raise RuntimeError(f"the HTTP tool does not answer ok: {check.text}")
 
-            gateway_cpu_us: list[float] = []
+            postmaster = postmaster_of(db_dsn)
+            # µs of CPU per request, by process: where the machine's two cores go.
+            cpu_us: dict[str, list[float]] = {"gateway": [], "postgres": [], "service": [], "service direct": []}
             stages = common.StageTimes(gateway_url)
 
             def through_gateway(label: str) -> Sample:
-                before = process_cpu_s(processes[0].pid)
+                gateway_before, service_before = process_cpu_s(processes[0].pid), process_cpu_s(processes[1].pid)
+                postgres_before = postgres_cpu_s(postmaster)
                 stages.mark()
                 sample = common.wrk(gateway_url, "http_tool_calls.lua", [token, common.fresh_prefix(label), *runs],
                                     connections=args.connections, duration=args.duration)
                 if sample.requests:
-                    gateway_cpu_us.append(1e6 * (process_cpu_s(processes[0].pid) - before) / sample.requests)
+                    per_request = 1e6 / sample.requests
+                    cpu_us["gateway"].append(per_request * (process_cpu_s(processes[0].pid) - gateway_before))
+                    cpu_us["service"].append(per_request * (process_cpu_s(processes[1].pid) - service_before))
+                    cpu_us["postgres"].append(per_request * (postgres_cpu_s(postmaster) - postgres_before))
                 stages.add()
                 return sample
 
             def direct(label: str) -> Sample:
-                return common.wrk(service_url, "service_direct.lua", [service_token, common.fresh_prefix(label)],
-                                  connections=args.connections, duration=args.duration)
+                before = process_cpu_s(processes[1].pid)
+                sample = common.wrk(service_url, "service_direct.lua", [service_token, common.fresh_prefix(label)],
+                                    connections=args.connections, duration=args.duration)
+                if sample.requests:
+                    cpu_us["service direct"].append(1e6 * (process_cpu_s(processes[1].pid) - before) / sample.requests)
+                return sample
 
             def builtin(label: str) -> Sample:
                 return common.wrk(gateway_url, "tool_calls.lua", [token, common.fresh_prefix(label), "1", *runs],
@@ -154,7 +164,8 @@ def main() -> int:
             through_gateway("w")
             direct("w")
 
-            gateway_cpu_us.clear()  # the warm-up's
+            for figures in cpu_us.values():
+                figures.clear()  # the warm-up's
             stages.reset()
             via, straight, reference = [], [], []
             for repeat in range(1, args.repeats + 1):
@@ -167,9 +178,12 @@ def main() -> int:
                     line += f" | built-in add {reference[-1].rps:7.0f} req/s p50 {reference[-1].p50_ms:6.2f} ms"
                 print(line, file=sys.stderr)
             report(via, straight, reference)
-            if gateway_cpu_us:
-                print(f"gateway CPU per HTTP tool call:  {statistics.median(gateway_cpu_us):.0f} µs "
+            if cpu_us["gateway"]:
+                print(f"gateway CPU per HTTP tool call:  {statistics.median(cpu_us['gateway']):.0f} µs "
                       "(the serving process's user + system time over the requests wrk completed)")
+                print("CPU per request, µs: " + ", ".join(
+                    f"{name} {statistics.median(figures):.0f}" for name, figures in cpu_us.items() if figures
+                ) + " (the PostgreSQL server's processes; the service's through the gateway and called directly)")
             print(f"HTTP tool through the gateway, {stages.line()}")
             common.warn_on_errors(via + straight + reference)
             return 0
