@@ -157,6 +157,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
             stale_after=stale_after,
             lanes=settings.database.group_commit_lanes,
             max_requests=settings.database.group_commit_max_requests,
+            overflow_after_s=settings.database.group_commit_overflow_after_s,
         )
         readiness = Readiness(db, degraded=federation.degraded if federation else None)
         executor = ToolExecutor(settings=settings, db=db, registry=tools, ledger=ledger, metrics=metrics)

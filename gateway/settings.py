@@ -100,6 +100,7 @@ class DatabaseSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=T
     pgbouncer: bool = False
     group_commit_lanes: Annotated[int, Meta(ge=1, le=16)] = 2
     group_commit_max_requests: Annotated[int, Meta(ge=1, le=1000)] = 64
+    group_commit_overflow_after_s: Annotated[float, Meta(ge=0, le=1)] = 0.005
 
 
 class JwtSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -603,6 +604,10 @@ FIELD_DOCS: dict[str, str] = {
     "database_group_commit_lanes": "Grouped statements of the tool-call path in flight at once per process, for "
     "admissions and for records each; every lane keeps one connection of its own (docs/performance.md#group-commit).",
     "database_group_commit_max_requests": "Most requests one grouped statement serves; more wait for the next one.",
+    "database_group_commit_overflow_after_s": "Seconds each earlier lane must have been busy with its statement before "
+    "a further lane sends (at once when more requests wait than one statement takes): until then requests gather "
+    "behind the first lane, in larger groups; a statement waiting on a lock holds up the requests queued behind it no "
+    "longer than this (`0`: every lane sends whenever it is free; at most 1).",
     "database_pgbouncer": "`true` when `GATEWAY_DATABASE_URL` points at PgBouncer in transaction pooling mode: "
     "no named prepared statements, no session settings at connect (docs/operations.md#pgbouncer).",
     "jwt_secret": "HS256 signing secret (at least 32 bytes). Required unless `GATEWAY_JWKS_URL` is set or in demo mode.",

@@ -13,6 +13,16 @@ When the connection itself failed, the outcome of the statement is unknown: ever
 of the batch gets that error (it is never sent twice) and the lane takes a fresh
 connection for the next one.
 
+The first lane sends whenever it is free; every further lane is an overflow lane, which sends
+only once each lane before it has been busy with its statement for ``overflow_after_s``
+(or at once when more items wait than one statement takes). Statements normally take
+about a millisecond, so under load requests gather behind the first lane in groups as
+large as one lane makes them (each statement has a fixed cost of a few hundred
+microseconds in PostgreSQL, paid once per group); a statement that waits on a lock (a
+replay of a call whose transaction is still running, say) holds up the items queued
+behind it only for ``overflow_after_s``, after which the next lane serves them. The items
+grouped into the waiting statement wait with it.
+
 Lanes keep their connection between statements: checking one out of asyncpg's pool and
 back costs a task per release, which on this path was a measurable share of the CPU.
 ``close`` lets queued and in-flight work finish before it stops the lanes.
@@ -48,15 +58,21 @@ class StatementBatcher(Generic[Item, Result]):
         pool: Callable[[], Awaitable[asyncpg.Pool]],
         lanes: int = 2,
         max_items: int = 64,
+        overflow_after_s: float = 0.005,
         even_if_cancelled: bool = False,
     ) -> None:
         """``even_if_cancelled``: run an item whose caller stopped waiting (records that must
-        land even when the request was cancelled), instead of dropping it."""
+        land even when the request was cancelled), instead of dropping it.
+        ``overflow_after_s``: how long every lane before an overflow lane must have been
+        busy with one statement before it sends (0: every lane sends whenever it is free)."""
         self._execute = execute
         self._even_if_cancelled = even_if_cancelled
         self._pool = pool
         self._lane_count = lanes
         self._max_items = max_items
+        self._overflow_after_s = overflow_after_s
+        # When each lane's statement went out; None while the lane is free.
+        self._busy_since: list[float | None] = [None] * lanes
         self._queue: deque[tuple[Item, asyncio.Future[Result]]] = deque()
         self._wake: asyncio.Event | None = None
         self._lanes: list[asyncio.Task[None]] = []
@@ -76,17 +92,43 @@ class StatementBatcher(Generic[Item, Result]):
 
     def _start(self) -> None:
         self._wake = asyncio.Event()
-        self._lanes = [asyncio.create_task(self._lane(), name=f"statement-lane-{i}") for i in range(self._lane_count)]
+        self._lanes = [
+            asyncio.create_task(self._lane(index), name=f"statement-lane-{index}") for index in range(self._lane_count)
+        ]
 
-    async def _lane(self) -> None:
+    def _overflow_wait_s(self, index: int) -> float:
+        """How long lane ``index`` must still wait before it may send (0 when it may now)."""
+        if index == 0 or self._overflow_after_s <= 0 or len(self._queue) >= self._max_items:
+            return 0.0  # more wait than one statement takes: holding back would make no group larger
+        now = asyncio.get_running_loop().time()
+        wait_s = 0.0
+        for lane, since in zip(self._lanes[:index], self._busy_since[:index], strict=True):
+            if lane.done():  # a lane that ended sends nothing: never wait for it
+                continue
+            if since is None:  # a lane before it is free and takes the queue: look again later
+                return self._overflow_after_s
+            wait_s = max(wait_s, since + self._overflow_after_s - now)
+        return wait_s
+
+    async def _lane(self, index: int) -> None:
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         pool: asyncpg.Pool | None = None
         conn: Any = None
         try:
+            try:  # at once, so that an overflow lane's first statement does not wait for a connection
+                pool = await self._pool()
+                conn = await pool.acquire()
+            except Exception:  # the first statement tries again, and its waiters learn why it failed
+                conn = None
             while True:
                 while not self._queue:
                     self._wake.clear()
                     await self._wake.wait()
+                wait_s = self._overflow_wait_s(index)
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                    continue
                 batch = []
                 while self._queue and len(batch) < self._max_items:
                     item, future = self._queue.popleft()
@@ -95,6 +137,7 @@ class StatementBatcher(Generic[Item, Result]):
                 if not batch:
                     continue
                 self._in_flight += 1
+                self._busy_since[index] = loop.time()
                 try:
                     if conn is None:
                         pool = await self._pool()
@@ -108,8 +151,12 @@ class StatementBatcher(Generic[Item, Result]):
                     if conn is not None and pool is not None:
                         await _release(pool, conn)
                     conn = None
+                except asyncio.CancelledError:  # stopped by close(): no waiter is left hanging
+                    _fail(batch, BatcherClosed())
+                    raise
                 finally:
                     self._in_flight -= 1
+                    self._busy_since[index] = None
         finally:
             if conn is not None and pool is not None:
                 await _release(pool, conn)

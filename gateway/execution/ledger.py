@@ -170,13 +170,16 @@ class PostgresLedger(Ledger):
         stale_after: timedelta = DEFAULT_STALE_AFTER,
         lanes: int = 2,
         max_requests: int = 64,
+        overflow_after_s: float = 0.005,
     ) -> None:
         super().__init__(db, approval_ttl=approval_ttl, stale_after=stale_after)
         self._admissions: StatementBatcher[_AdmitItem, list[Admission] | None] = StatementBatcher(
-            self._admit_many, pool=db.driver_pool, lanes=lanes, max_items=max_requests
+            self._admit_many, pool=db.driver_pool, lanes=lanes, max_items=max_requests,
+            overflow_after_s=overflow_after_s,
         )
         self._records: StatementBatcher[_RecordItem, None] = StatementBatcher(
-            self._record_many, pool=db.driver_pool, even_if_cancelled=True, lanes=lanes, max_items=max_requests
+            self._record_many, pool=db.driver_pool, even_if_cancelled=True, lanes=lanes, max_items=max_requests,
+            overflow_after_s=overflow_after_s,
         )
 
     async def admit(
@@ -278,7 +281,9 @@ def create_ledger(
     stale_after: timedelta = DEFAULT_STALE_AFTER,
     lanes: int = 2,
     max_requests: int = 64,
+    overflow_after_s: float = 0.005,
 ) -> Ledger:
     return PostgresLedger(
-        db, approval_ttl=approval_ttl, stale_after=stale_after, lanes=lanes, max_requests=max_requests
+        db, approval_ttl=approval_ttl, stale_after=stale_after, lanes=lanes, max_requests=max_requests,
+        overflow_after_s=overflow_after_s,
     )

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from gateway.db.batching import StatementBatcher
+from gateway.db.batching import BatcherClosed, StatementBatcher
 
 
 @pytest.fixture
@@ -72,3 +72,132 @@ async def test_a_member_that_cannot_even_be_encoded_fails_alone(pool):
         await batcher.close()
     assert results[0] == "a" and results[2] == "b"
     assert isinstance(results[1], Exception)
+
+
+class Traced:
+    """Inserts every item's text, noting which server process (which lane's connection) sent
+    each statement; an item "sleep" makes its statement last a while, an item "locked" makes
+    it wait for the row of ``gate`` another session holds."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[int, list[str]]] = []
+
+    async def __call__(self, conn: Any, items: Sequence[str]) -> list[str]:
+        self.statements.append((conn.get_server_pid(), list(items)))
+        if "sleep" in items:
+            await conn.execute("SELECT pg_sleep(0.5)")
+        if "locked" in items:
+            await conn.execute("SELECT 1 FROM gate WHERE id = 1 FOR UPDATE")
+        rows = await conn.fetch("INSERT INTO batched (value) SELECT unnest($1::text[]) RETURNING value", list(items))
+        return [row["value"] for row in rows]
+
+
+def traced_batcher(
+    pool: asyncpg.Pool, traced: Traced, *, overflow_after_s: float, lanes: int = 2, max_items: int = 64
+) -> StatementBatcher[str, str]:
+    async def provide() -> asyncpg.Pool:
+        return pool
+
+    return StatementBatcher(traced, pool=provide, lanes=lanes, max_items=max_items, overflow_after_s=overflow_after_s)
+
+
+async def in_flight(traced: Traced, count: int) -> None:
+    while len(traced.statements) < count:
+        await asyncio.sleep(0.01)
+
+
+async def test_requests_gather_behind_the_first_lane_while_its_statement_runs(pool):
+    traced = Traced()
+    batcher = traced_batcher(pool, traced, overflow_after_s=30)
+    try:
+        slow = asyncio.create_task(batcher.submit("sleep"))
+        await in_flight(traced, 1)
+        items = [f"item-{i}" for i in range(8)]
+        assert await asyncio.gather(*(batcher.submit(item) for item in items)) == items
+        assert await slow == "sleep"
+    finally:
+        await batcher.close()
+    # The second lane never sent: the eight waited for the first lane and went as one statement.
+    assert [items_ for _, items_ in traced.statements] == [["sleep"], items]
+    assert len({pid for pid, _ in traced.statements}) == 1
+
+
+async def test_a_statement_waiting_on_a_lock_holds_the_others_up_only_until_the_next_lane_sends(pool, pg_url):
+    await pool.execute("CREATE TABLE gate (id integer PRIMARY KEY); INSERT INTO gate VALUES (1)")
+    holder = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    traced = Traced()
+    batcher = traced_batcher(pool, traced, overflow_after_s=0.05)
+    try:
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("SELECT 1 FROM gate WHERE id = 1 FOR UPDATE")
+        blocked = asyncio.create_task(batcher.submit("locked"))
+        await in_flight(traced, 1)
+        items = [f"item-{i}" for i in range(5)]
+        # Served while the lock is still held: by the second lane, on its own connection.
+        # 100 times the overflow wait: a lane that waited for the lock instead would not make it.
+        assert await asyncio.wait_for(asyncio.gather(*(batcher.submit(item) for item in items)), 5) == items
+        assert not blocked.done()
+        await transaction.rollback()
+        assert await asyncio.wait_for(blocked, 20) == "locked"
+    finally:
+        await batcher.close()
+        await holder.close()
+    first_pid = traced.statements[0][0]
+    assert all(pid != first_pid for pid, items_ in traced.statements[1:] if items_ != ["locked"])
+    stored = sorted(row["value"] for row in await pool.fetch("SELECT value FROM batched"))
+    assert stored == sorted([*items, "locked"])  # each exactly once
+
+
+async def test_with_no_overflow_wait_every_lane_sends_whenever_it_is_free(pool):
+    traced = Traced()
+    batcher = traced_batcher(pool, traced, overflow_after_s=0)
+    try:
+        slow = asyncio.create_task(batcher.submit("sleep"))
+        await in_flight(traced, 1)
+        quick = asyncio.create_task(batcher.submit("quick"))
+        done, _ = await asyncio.wait({slow, quick}, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {quick}
+        assert await slow == "sleep"
+    finally:
+        await batcher.close()
+    assert traced.statements[0][0] != traced.statements[1][0]
+
+
+async def test_when_more_wait_than_one_statement_takes_the_next_lane_sends_at_once(pool):
+    traced = Traced()
+    batcher = traced_batcher(pool, traced, overflow_after_s=30, max_items=2)
+    try:
+        slow = asyncio.create_task(batcher.submit("sleep"))
+        await in_flight(traced, 1)
+        items = [f"item-{i}" for i in range(4)]
+        quick = asyncio.gather(*(batcher.submit(item) for item in items))
+        done, _ = await asyncio.wait({slow, quick}, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {quick}  # the second lane did not wait 30 s for the first
+        assert quick.result() == items
+        assert await slow == "sleep"
+    finally:
+        await batcher.close()
+    first_pid = traced.statements[0][0]
+    assert any(pid != first_pid for pid, _ in traced.statements[1:])
+    assert all(len(items_) <= 2 for _, items_ in traced.statements)
+
+
+async def test_closing_while_a_statement_waits_on_a_lock_answers_its_waiters(pool, pg_url):
+    await pool.execute("CREATE TABLE gate (id integer PRIMARY KEY); INSERT INTO gate VALUES (1)")
+    holder = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    traced = Traced()
+    batcher = traced_batcher(pool, traced, overflow_after_s=0.005, lanes=1)
+    try:
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("SELECT 1 FROM gate WHERE id = 1 FOR UPDATE")
+        blocked = asyncio.create_task(batcher.submit("locked"))
+        await in_flight(traced, 1)
+        await batcher.close(timeout_s=0.1)
+        with pytest.raises(BatcherClosed):
+            await asyncio.wait_for(blocked, 5)  # answered, not left waiting for ever
+        await transaction.rollback()
+    finally:
+        await holder.close()
+    assert await pool.fetchval("SELECT count(*) FROM batched") == 0
