@@ -1,18 +1,21 @@
 """Group commit, tuned: the tool-call path at 1, 8, 32 and 128 connections for several
-settings of its statement lanes (``GATEWAY_DATABASE_GROUP_COMMIT_LANES``) and group size
+settings of its statement lanes (``GATEWAY_DATABASE_GROUP_COMMIT_LANES``), when a further
+lane may send (``GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S``) and group size
 (``GATEWAY_DATABASE_GROUP_COMMIT_MAX_REQUESTS``).
 
-There is no time window to tune: a lane sends what has queued as soon as it is free, so a
-lone request goes at once and, under load, requests gather while the previous statement is
-in flight. What can be tuned is how many statements are in flight at once (lanes: more
-overlap, smaller groups, more commits) and how many requests one may serve.
+There is no time window to tune: the first lane sends what has queued as soon as it is free,
+so a lone request goes at once and, under load, requests gather while the previous statement
+is in flight. What can be tuned is how many statements may be in flight at once (lanes: more
+overlap, smaller groups, more commits), how long the lanes before a further one must have
+been busy before it sends (0: at once, as every lane did before overflow lanes) and how many
+requests one statement may serve.
 
 For each setting in turn (rounds alternate the settings' order), one gateway worker is
 started on the bench database, warmed up, and driven with single-call requests at each
 connection count; the script reads the worker's and PostgreSQL's CPU time around each run.
 It prints, per setting and connection count, the medians of calls/s, p50 and p99, and the
 gateway's and PostgreSQL's CPU per call, and the ratio of each setting's calls/s to the
-default's (2 lanes, 64 requests) in the same rounds.
+default's (2 lanes, overflow after 5 ms, 64 requests) in the same rounds.
 
     .venv/bin/python bench/group_commit.py [--duration 4] [--repeats 3]
 
@@ -31,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import common  # noqa: E402
 from bench.cpu_per_call import postgres_cpu_s, postmaster_of, process_cpu_s  # noqa: E402
 
-SETTINGS = ((2, 64), (1, 64), (4, 64), (2, 16))
-"""(lanes, max requests per statement); the first is the default the others are compared to."""
+SETTINGS = ((2, 0.005, 64), (2, 0.0, 64), (1, 0.005, 64), (4, 0.005, 64), (2, 0.005, 16))
+"""(lanes, overflow after s, max requests per statement); the first is the default the others
+are compared to."""
 CONNECTIONS = (1, 8, 32, 128)
 
 Row = tuple[float, float, float, float, float]
@@ -49,7 +53,7 @@ def main() -> int:
     if common.wrk_missing():
         return 2
     runs_needed = max(CONNECTIONS)
-    results: dict[tuple[int, int, int], list[Row]] = {}
+    results: dict[tuple[int, float, int, int], list[Row]] = {}
     with common.bench_database("gateway_group_commit") as db_dsn:
         env = common.gateway_env(db_dsn, log_level=args.log_level)
         common.prepare_gateway(env)
@@ -58,12 +62,13 @@ def main() -> int:
         log = common.open_log()
         for repeat in range(args.repeats):
             order = SETTINGS if repeat % 2 == 0 else tuple(reversed(SETTINGS))
-            for lanes, max_requests in order:
+            for lanes, overflow_after_s, max_requests in order:
                 port = common.free_port()
                 url = f"http://127.0.0.1:{port}"
                 gateway = common.start_gateway(port, {
                     **env,
                     "GATEWAY_DATABASE_GROUP_COMMIT_LANES": str(lanes),
+                    "GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S": str(overflow_after_s),
                     "GATEWAY_DATABASE_GROUP_COMMIT_MAX_REQUESTS": str(max_requests),
                 }, log)
                 try:
@@ -81,12 +86,13 @@ def main() -> int:
                         sample = drive(connections, "g", args.duration)
                         gateway_after, postgres_after = process_cpu_s(gateway.pid), postgres_cpu_s(postmaster)
                         calls = max(sample.requests, 1)
-                        results.setdefault((lanes, max_requests, connections), []).append((
+                        results.setdefault((lanes, overflow_after_s, max_requests, connections), []).append((
                             sample.rps, sample.p50_ms, sample.p99_ms,
                             1e6 * (gateway_after - gateway_before) / calls,
                             1e6 * (postgres_after - postgres_before) / calls,
                         ))
-                        print(f"round {repeat + 1}: lanes {lanes}, max {max_requests}, {connections:3} connections: "
+                        print(f"round {repeat + 1}: lanes {lanes}, overflow {overflow_after_s}, max {max_requests}, "
+                              f"{connections:3} connections: "
                               f"{sample.rps:7.0f} calls/s, p50 {sample.p50_ms:6.1f} ms", file=sys.stderr)
                 finally:
                     common.stop([gateway])
@@ -94,21 +100,23 @@ def main() -> int:
     return 0
 
 
-def report(results: dict[tuple[int, int, int], list[Row]], repeats: int) -> None:
-    def med(key: tuple[int, int, int], index: int) -> float:
+def report(results: dict[tuple[int, float, int, int], list[Row]], repeats: int) -> None:
+    def med(key: tuple[int, float, int, int], index: int) -> float:
         return statistics.median(row[index] for row in results[key])
 
     default = SETTINGS[0]
-    print(f"\nmedians of {repeats} rounds; ratio = calls/s against lanes {default[0]}, max {default[1]}")
-    print(f"{'lanes':>5} {'max':>4} {'conns':>5} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
+    print(f"\nmedians of {repeats} rounds; ratio = calls/s against lanes {default[0]}, "
+          f"overflow after {default[1]} s, max {default[2]}")
+    print(f"{'lanes':>5} {'overflow':>8} {'max':>4} {'conns':>5} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
           f"{'gw µs/call':>10} {'pg µs/call':>10} {'ratio':>6}")
-    for lanes, max_requests in SETTINGS:
+    for lanes, overflow_after_s, max_requests in SETTINGS:
         for connections in CONNECTIONS:
-            key = (lanes, max_requests, connections)
+            key = (lanes, overflow_after_s, max_requests, connections)
             ratio = statistics.median(
                 mine[0] / base[0] for mine, base in zip(results[key], results[(*default, connections)], strict=True)
             )
-            print(f"{lanes:5} {max_requests:4} {connections:5} {med(key, 0):8.0f} {med(key, 1):7.1f} "
+            print(f"{lanes:5} {overflow_after_s:8} {max_requests:4} {connections:5} {med(key, 0):8.0f} "
+                  f"{med(key, 1):7.1f} "
                   f"{med(key, 2):7.1f} {med(key, 3):10.0f} {med(key, 4):10.0f} {ratio:6.2f}")
 
 
