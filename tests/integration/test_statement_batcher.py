@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -106,12 +107,32 @@ async def in_flight(traced: Traced, count: int) -> None:
         await asyncio.sleep(0.01)
 
 
+async def first_lane_sent(batcher: StatementBatcher[str, str], traced: Traced, item: str) -> asyncio.Task[str]:
+    """``item`` submitted alone and its statement on its way: the first lane is busy with it."""
+    task = asyncio.create_task(batcher.submit(item))
+    await in_flight(traced, 1)
+    return task
+
+
+@contextlib.asynccontextmanager
+async def gate_held(pool: asyncpg.Pool, pg_url: str) -> AsyncIterator[asyncpg.transaction.Transaction]:
+    """Another session holds the row of ``gate`` locked until the transaction yielded ends."""
+    await pool.execute("CREATE TABLE gate (id integer PRIMARY KEY); INSERT INTO gate VALUES (1)")
+    holder = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("SELECT 1 FROM gate WHERE id = 1 FOR UPDATE")
+        yield transaction
+    finally:
+        await holder.close()
+
+
 async def test_requests_gather_behind_the_first_lane_while_its_statement_runs(pool):
     traced = Traced()
     batcher = traced_batcher(pool, traced, overflow_after_s=30)
     try:
-        slow = asyncio.create_task(batcher.submit("sleep"))
-        await in_flight(traced, 1)
+        slow = await first_lane_sent(batcher, traced, "sleep")
         items = [f"item-{i}" for i in range(8)]
         assert await asyncio.gather(*(batcher.submit(item) for item in items)) == items
         assert await slow == "sleep"
@@ -123,26 +144,20 @@ async def test_requests_gather_behind_the_first_lane_while_its_statement_runs(po
 
 
 async def test_a_statement_waiting_on_a_lock_holds_the_others_up_only_until_the_next_lane_sends(pool, pg_url):
-    await pool.execute("CREATE TABLE gate (id integer PRIMARY KEY); INSERT INTO gate VALUES (1)")
-    holder = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://", 1))
     traced = Traced()
     batcher = traced_batcher(pool, traced, overflow_after_s=0.05)
     try:
-        transaction = holder.transaction()
-        await transaction.start()
-        await holder.execute("SELECT 1 FROM gate WHERE id = 1 FOR UPDATE")
-        blocked = asyncio.create_task(batcher.submit("locked"))
-        await in_flight(traced, 1)
-        items = [f"item-{i}" for i in range(5)]
-        # Served while the lock is still held: by the second lane, on its own connection.
-        # 100 times the overflow wait: a lane that waited for the lock instead would not make it.
-        assert await asyncio.wait_for(asyncio.gather(*(batcher.submit(item) for item in items)), 5) == items
-        assert not blocked.done()
-        await transaction.rollback()
+        async with gate_held(pool, pg_url) as lock:
+            blocked = await first_lane_sent(batcher, traced, "locked")
+            items = [f"item-{i}" for i in range(5)]
+            # Served while the lock is still held: by the second lane, on its own connection.
+            # 100 times the overflow wait: a lane that waited for the lock instead would not make it.
+            assert await asyncio.wait_for(asyncio.gather(*(batcher.submit(item) for item in items)), 5) == items
+            assert not blocked.done()
+            await lock.rollback()
         assert await asyncio.wait_for(blocked, 20) == "locked"
     finally:
         await batcher.close()
-        await holder.close()
     first_pid = traced.statements[0][0]
     assert all(pid != first_pid for pid, items_ in traced.statements[1:] if items_ != ["locked"])
     stored = sorted(row["value"] for row in await pool.fetch("SELECT value FROM batched"))
@@ -153,8 +168,7 @@ async def test_with_no_overflow_wait_every_lane_sends_whenever_it_is_free(pool):
     traced = Traced()
     batcher = traced_batcher(pool, traced, overflow_after_s=0)
     try:
-        slow = asyncio.create_task(batcher.submit("sleep"))
-        await in_flight(traced, 1)
+        slow = await first_lane_sent(batcher, traced, "sleep")
         quick = asyncio.create_task(batcher.submit("quick"))
         done, _ = await asyncio.wait({slow, quick}, return_when=asyncio.FIRST_COMPLETED)
         assert done == {quick}
@@ -168,8 +182,7 @@ async def test_when_more_wait_than_one_statement_takes_the_next_lane_sends_at_on
     traced = Traced()
     batcher = traced_batcher(pool, traced, overflow_after_s=30, max_items=2)
     try:
-        slow = asyncio.create_task(batcher.submit("sleep"))
-        await in_flight(traced, 1)
+        slow = await first_lane_sent(batcher, traced, "sleep")
         items = [f"item-{i}" for i in range(4)]
         quick = asyncio.gather(*(batcher.submit(item) for item in items))
         done, _ = await asyncio.wait({slow, quick}, return_when=asyncio.FIRST_COMPLETED)
@@ -184,20 +197,12 @@ async def test_when_more_wait_than_one_statement_takes_the_next_lane_sends_at_on
 
 
 async def test_closing_while_a_statement_waits_on_a_lock_answers_its_waiters(pool, pg_url):
-    await pool.execute("CREATE TABLE gate (id integer PRIMARY KEY); INSERT INTO gate VALUES (1)")
-    holder = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://", 1))
     traced = Traced()
     batcher = traced_batcher(pool, traced, overflow_after_s=0.005, lanes=1)
-    try:
-        transaction = holder.transaction()
-        await transaction.start()
-        await holder.execute("SELECT 1 FROM gate WHERE id = 1 FOR UPDATE")
-        blocked = asyncio.create_task(batcher.submit("locked"))
-        await in_flight(traced, 1)
+    async with gate_held(pool, pg_url) as lock:
+        blocked = await first_lane_sent(batcher, traced, "locked")
         await batcher.close(timeout_s=0.1)
         with pytest.raises(BatcherClosed):
             await asyncio.wait_for(blocked, 5)  # answered, not left waiting for ever
-        await transaction.rollback()
-    finally:
-        await holder.close()
+        await lock.rollback()
     assert await pool.fetchval("SELECT count(*) FROM batched") == 0
