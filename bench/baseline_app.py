@@ -12,6 +12,8 @@ import jwt
 from litestar import Litestar, Request, post
 from litestar.exceptions import NotAuthorizedException
 
+from bench.common import BASELINE_INSERT, BASELINE_TABLE
+
 DSN = os.environ["BENCH_BASELINE_DSN"]
 SECRET = os.environ["GATEWAY_JWT_SECRET"]
 
@@ -24,9 +26,7 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 async def lifespan(app: Litestar) -> AsyncIterator[None]:
     app.state.pool = await asyncpg.create_pool(DSN, min_size=10, max_size=10, reset=_no_reset)
     async with app.state.pool.acquire() as conn:
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS bench_events (id bigserial PRIMARY KEY, tenant text, subject text, body text)"
-        )
+        await conn.execute(BASELINE_TABLE)
     yield
     await app.state.pool.close()
 
@@ -41,7 +41,7 @@ async def insert_one(request: Request, run_id: str) -> dict[str, str]:
     body = await request.body()
     async with request.app.state.pool.acquire() as conn:
         await conn.execute(
-            "INSERT INTO bench_events (tenant, subject, body) VALUES ($1, $2, $3)",
+            BASELINE_INSERT,
             claims["tenant_id"], claims["sub"], body.decode(),
         )
     return {"status": "ok"}

@@ -36,6 +36,12 @@ from gateway.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "bench-secret-" + "x" * 40
+# The baseline's table and its one statement per request (bench/baseline_app.py, and the
+# reference bench/statement_cost.py compares the ledger's statements with).
+BASELINE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS bench_events (id bigserial PRIMARY KEY, tenant text, subject text, body text)"
+)
+BASELINE_INSERT = "INSERT INTO bench_events (tenant, subject, body) VALUES ($1, $2, $3)"
 RESULT = re.compile(
     r"RESULT requests=(\d+) duration_us=(\d+) errors=(\d+) p50_us=(\d+) p99_us=(\d+) non2xx=(\d+)"
 )

@@ -50,15 +50,11 @@ from gateway.tools.registry import ToolRegistry  # noqa: E402
 
 ALICE = Principal("acme", "alice", frozenset({"member"}), frozenset({"articles:read"}))
 REGISTRY = ToolRegistry(builtin_tools())
-BASELINE_TABLE = (
-    "CREATE TABLE IF NOT EXISTS bench_events (id bigserial PRIMARY KEY, tenant text, subject text, body text)"
-)
-BASELINE = "INSERT INTO bench_events (tenant, subject, body) VALUES ($1, $2, $3)"
 BODY = '{"tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_article", "arguments": "{}"}}]}'
 
 
 class Statements:
-    """The statements of one group size, on fresh calls each time (as a real load sends)."""
+    """The ledger's two statements and the baseline's, on fresh calls each time (as a real load sends)."""
 
     def __init__(self, conn: asyncpg.Connection, ledger: PostgresLedger, runs: list[str]) -> None:
         self.conn, self.ledger, self.runs = conn, ledger, runs
@@ -86,7 +82,7 @@ class Statements:
         await self.ledger._record_many(self.conn, items)
 
     async def baseline(self) -> None:
-        await self.conn.execute(BASELINE, "acme", "alice", BODY)
+        await self.conn.execute(common.BASELINE_INSERT, "acme", "alice", BODY)
 
 
 async def cpu_us_per_statement(pid: int, statements: int, send: Callable[[], Awaitable[None]]) -> float:
@@ -99,7 +95,7 @@ async def cpu_us_per_statement(pid: int, statements: int, send: Callable[[], Awa
 async def measure(dsn: str, groups: list[int], statements: int, repeats: int) -> dict[str, list[float]]:
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
-        await conn.execute(BASELINE_TABLE)
+        await conn.execute(common.BASELINE_TABLE)
         pid = int(await conn.fetchval("SELECT pg_backend_pid()"))
         runs = sorted(f"run_{uuid.uuid4().hex}" for _ in range(max(groups)))
         await conn.executemany(
