@@ -141,6 +141,10 @@ def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable()
          "GATEWAY_DATABASE_GROUP_COMMIT_LANES must be an integer at least 1 and at most 16"),
         ("GATEWAY_DATABASE_GROUP_COMMIT_MAX_REQUESTS", "lots",
          "GATEWAY_DATABASE_GROUP_COMMIT_MAX_REQUESTS must be an integer at least 1 and at most 1000"),
+        ("GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S", "5",
+         "GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S must be a number at least 0 and at most 1"),
+        ("GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S", "nan",
+         "GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S must be a number at least 0 and at most 1"),
         ("GATEWAY_LLM_BASE_URL", "ftp://x", "GATEWAY_LLM_BASE_URL must be an http(s) URL"),
     ],
 )
