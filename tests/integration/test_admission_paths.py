@@ -422,3 +422,42 @@ async def test_every_statement_reads_runs_and_calls_by_key_even_when_planned_whi
         await ledger.close()
     assert len(ledger.scans) == 3
     assert ledger.scans == [0, 0, 0]
+
+
+RUNS_FETCHED = "SELECT coalesce(sum(idx_tup_fetch), 0) FROM pg_stat_xact_user_tables WHERE relname = 'runs'"
+
+
+@pytest.mark.parametrize("loop_only", [False, True], ids=["set-based", "call-by-call"])
+async def test_a_run_is_found_by_its_key_however_many_older_runs_its_user_has(db, loop_only):
+    # Plans made while runs held a few rows, not yet analyzed (a new install), could find a run
+    # through (tenant_id, user_id, created_at): every older run of its user read first, at each
+    # lookup, on that connection for good.
+    ledger = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER, loop_only=loop_only)
+    prefix = "run_" + uuid.uuid4().hex[:12]
+    runs = [f"{prefix}_{i}" for i in range(8)]
+
+    def new_runs(ids: Sequence[str], created_at: datetime) -> list[dict[str, Any]]:
+        return [dict(id=run_id, tenant_id="acme", user_id="alice", max_tool_calls=100, max_repeats=2,
+                     used_tool_calls=0, created_at=created_at) for run_id in ids]
+
+    def statement(label: str) -> list[_AdmitItem]:
+        return [item_of(Request(i, (Call(f"{label}{i}"),)), run_id) for i, run_id in enumerate(runs)]
+
+    try:
+        async with db.begin() as conn:
+            await conn.execute(sa.insert(Run), new_runs(runs, START))
+        async with db.driver() as conn:
+            await ledger._admit_many(conn, statement("first"))  # the plans are made now
+            async with db.begin() as other:
+                older = [f"{prefix}_old_{i}" for i in range(1000)]
+                await other.execute(sa.insert(Run), new_runs(older, START - timedelta(days=30)))
+            async with conn.transaction():
+                before = await conn.fetchval(RUNS_FETCHED)
+                grouped = await ledger._admit_many(conn, statement("second"))
+                fetched = await conn.fetchval(RUNS_FETCHED) - before
+    finally:
+        await ledger.close()
+    assert ledger.went_call_by_call == [loop_only, loop_only]
+    assert [[a.decision for a in admissions or []] for admissions in grouped] == [["execute"]] * len(runs)
+    # Each run read by key, once to lock it and once to count its calls.
+    assert fetched <= 2 * len(runs)

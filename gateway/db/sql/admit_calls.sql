@@ -81,8 +81,10 @@ BEGIN
         v_now := (v_batch_audit->>'created_at')::timestamptz;
         v_stale_before := (v_batch->>'stale_before')::timestamptz;
 
+        -- By id alone through the primary key; the owner is a filter that no index can serve
+        -- (see gateway_admit_calls).
         SELECT r.max_tool_calls, r.max_repeats, r.used_tool_calls, r.expires_at INTO v_run FROM runs r
-         WHERE r.id = v_run_id AND r.tenant_id = v_tenant_id AND r.user_id = v_user_id
+         WHERE r.id = v_run_id AND (r.tenant_id, r.user_id) IS NOT DISTINCT FROM (v_tenant_id, v_user_id)
            FOR UPDATE;
         IF NOT FOUND THEN
             o_tool_call_id := NULL;
@@ -357,7 +359,12 @@ BEGIN
           INTO v_common, v_run_max_repeats
           FROM (SELECT w.i::integer AS i, r.max_tool_calls, r.max_repeats, r.used_tool_calls, r.expires_at
                   FROM unnest(v_runs, v_run_tenant, v_run_user) WITH ORDINALITY AS w(id, tenant, owner, i)
-                  JOIN runs r ON r.id = w.id AND r.tenant_id = w.tenant AND r.user_id = w.owner
+                  -- The owner as IS NOT DISTINCT FROM, which no index serves: with plain
+                  -- equalities a generic plan made while runs was small and not analyzed reads
+                  -- the runs through (tenant_id, user_id, created_at), every run of the user at
+                  -- each lookup. (Both sides are never NULL: runs' columns are NOT NULL, and a
+                  -- batch naming no owner is not common.)
+                  JOIN runs r ON r.id = w.id AND (r.tenant_id, r.user_id) IS NOT DISTINCT FROM (w.tenant, w.owner)
                  ORDER BY w.i
                    FOR UPDATE OF r) AS l;
     END IF;
