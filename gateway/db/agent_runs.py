@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.db.models import Run, RunMessage
+from gateway.db.runs import the_run
 from gateway.text import storable
 
 runs = Run.__table__
@@ -56,7 +57,7 @@ async def load_messages(conn: AsyncConnection, *, tenant_id: str, run_id: str) -
 
 async def update_loop(conn: AsyncConnection, *, tenant_id: str, run_id: str, **values: Any) -> None:
     await conn.execute(
-        sa.update(runs).where(runs.c.tenant_id == tenant_id, runs.c.id == run_id).values(**values)
+        sa.update(runs).where(the_run(run_id, tenant_id=tenant_id)).values(**values)
     )
 
 
@@ -66,12 +67,7 @@ async def claim_state(
     """Move the loop from ``expected`` to ``new`` in one statement; False when it was not in ``expected``."""
     result = await conn.execute(
         sa.update(runs)
-        .where(
-            runs.c.tenant_id == tenant_id,
-            runs.c.user_id == user_id,
-            runs.c.id == run_id,
-            runs.c.loop_state == expected,
-        )
+        .where(the_run(run_id, tenant_id=tenant_id, user_id=user_id), runs.c.loop_state == expected)
         .values(loop_state=new, updated_at=now)
     )
     return result.rowcount == 1

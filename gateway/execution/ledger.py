@@ -31,7 +31,7 @@ from gateway.audit.rows import AuditRow, append_audit_where, audit_json
 from gateway.auth.principal import Principal
 from gateway.db.batching import StatementBatcher
 from gateway.db.engine import Database
-from gateway.db.models import AuditEvent, Run
+from gateway.db.runs import the_run
 from gateway.errors import ErrorCode
 from gateway.execution.checks import CallPlan
 from gateway.execution.guards import ADMISSION_CONTENTS as LEDGER_CONTENTS, admission_payload
@@ -104,7 +104,6 @@ class Ledger(ABC):
         now: datetime,
     ) -> None:
         """Audit a batch refused for breaking the protocol; nothing else is stored."""
-        runs = Run.__table__
         row = AuditRow(
             tenant_id=principal.tenant_id,
             kind="protocol_rejection",
@@ -115,9 +114,7 @@ class Ledger(ABC):
             request_id=request_id,
             detail={"message": message},
         )
-        owned_run = sa.exists().where(
-            runs.c.id == run_id, runs.c.tenant_id == principal.tenant_id, runs.c.user_id == principal.user_id
-        )
+        owned_run = sa.exists().where(the_run(run_id, tenant_id=principal.tenant_id, user_id=principal.user_id))
         async with self._db.begin() as conn:
             if not await append_audit_where(conn, row, owned_run):
                 raise RunNotFound(run_id)
