@@ -8,7 +8,7 @@ dead-lettered ones with ``state=dead``), and a dead-lettered delivery can be sen
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, delete, get, post

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
@@ -228,7 +229,6 @@ def _drop_row_values(context: Any) -> None:
         if isinstance(current, asyncpg.PostgresError):
             current.detail = None
         current = current.__cause__ or current.__context__
-
 
 
 def _refused_connection_is_unavailable(context: Any) -> None:
