@@ -24,6 +24,13 @@ tool_calls = ToolCall.__table__
 
 FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
 
+
+def the_approval(approval_id: str, *, tenant_id: str) -> sa.ColumnElement[bool]:
+    """The approval ``approval_id`` when it is the tenant's, found through its primary key alone:
+    the tenant is compared with IS NOT DISTINCT FROM, which no index serves, so no plan looks
+    it up in ``(tenant_id, status, created_at)`` among the tenant's approvals (as ``the_run``)."""
+    return sa.and_(approvals.c.id == approval_id, approvals.c.tenant_id.is_not_distinct_from(tenant_id))
+
 _run_expires_at = (
     sa.select(runs.c.expires_at).where(runs.c.id == approvals.c.run_id).scalar_subquery().label("run_expires_at")
 )
@@ -38,9 +45,7 @@ def _run_expired(now: datetime) -> sa.ColumnElement[bool]:
 async def get_approval(conn: AsyncConnection, *, tenant_id: str, approval_id: str) -> Any | None:
     return (
         await conn.execute(
-            sa.select(approvals, _run_expires_at).where(
-                approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id
-            )
+            sa.select(approvals, _run_expires_at).where(the_approval(approval_id, tenant_id=tenant_id))
         )
     ).first()
 
@@ -85,7 +90,7 @@ async def _move(
     """One move of an approval: a conditional UPDATE of the tenant's row; True if this caller made it."""
     result = await conn.execute(
         sa.update(approvals)
-        .where(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id, *when)
+        .where(the_approval(approval_id, tenant_id=tenant_id), *when)
         .values(**values)
     )
     return result.rowcount == 1
@@ -140,8 +145,7 @@ async def expire_if_due(
     result = await conn.execute(
         sa.update(approvals)
         .where(
-            approvals.c.tenant_id == tenant_id,
-            approvals.c.id == approval_id,
+            the_approval(approval_id, tenant_id=tenant_id),
             approvals.c.status == "pending",
             sa.or_(approvals.c.expires_at <= now, run_expired),
         )
