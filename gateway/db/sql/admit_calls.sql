@@ -383,20 +383,22 @@ BEGIN
     END IF;
 
     -- Every call is counted, as the loop counts it; its count is its run's count of its hash
-    -- after the calls before it in the statement, and past the run's repeat limit it is refused.
+    -- before the statement (read by key: every part of a statement sees the rows as they were
+    -- when it began) plus its place among the statement's calls of that hash, and past the
+    -- run's repeat limit it is refused. (Joining the calls to the upsert's RETURNING instead
+    -- joined two sets without an index, hash and merge joins being off: a nested loop, its
+    -- cost growing with the square of the statement's calls.)
     WITH counted AS (
         INSERT INTO run_call_counts AS rc (run_id, call_hash, count)
         SELECT c.run, c.call_hash, count(*) FROM unnest(v_run, v_call_hash) AS c(run, call_hash)
          GROUP BY c.run, c.call_hash
             ON CONFLICT (run_id, call_hash) DO UPDATE SET count = rc.count + excluded.count
-        RETURNING rc.run_id, rc.call_hash, rc.count
     ), decided AS MATERIALIZED (
         SELECT c.ord::integer AS ord,
-               k.count - count(*) OVER same_call + row_number() OVER (same_call ORDER BY c.ord)
+               coalesce((SELECT k.count FROM run_call_counts k WHERE k.run_id = c.run AND k.call_hash = c.call_hash), 0)
+               + row_number() OVER (PARTITION BY c.run, c.call_hash ORDER BY c.ord)
                    > v_run_max_repeats[array_position(v_runs, c.run)] AS repeated
           FROM unnest(v_run, v_call_hash) WITH ORDINALITY AS c(run, call_hash, ord)
-          JOIN counted k ON k.run_id = c.run AND k.call_hash = c.call_hash
-        WINDOW same_call AS (PARTITION BY c.run, c.call_hash)
          ORDER BY c.ord
     ), claimed AS (
         INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, arguments_sha256, status, created_at,
