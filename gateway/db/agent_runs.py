@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.db.models import Run, RunMessage
-from gateway.db.runs import the_run
+from gateway.db.runs import the_run, the_tenants_run
 from gateway.text import storable
 
 runs = Run.__table__
@@ -57,7 +57,7 @@ async def load_messages(conn: AsyncConnection, *, tenant_id: str, run_id: str) -
 
 async def update_loop(conn: AsyncConnection, *, tenant_id: str, run_id: str, **values: Any) -> None:
     await conn.execute(
-        sa.update(runs).where(the_run(run_id, tenant_id=tenant_id)).values(**values)
+        sa.update(runs).where(the_tenants_run(run_id, tenant_id=tenant_id)).values(**values)
     )
 
 

@@ -31,6 +31,7 @@ def the_approval(approval_id: str, *, tenant_id: str) -> sa.ColumnElement[bool]:
     it up in ``(tenant_id, status, created_at)`` among the tenant's approvals (as ``the_run``)."""
     return sa.and_(approvals.c.id == approval_id, approvals.c.tenant_id.is_not_distinct_from(tenant_id))
 
+
 _run_expires_at = (
     sa.select(runs.c.expires_at).where(runs.c.id == approvals.c.run_id).scalar_subquery().label("run_expires_at")
 )

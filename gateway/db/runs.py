@@ -15,19 +15,22 @@ from gateway.db.models import Run
 runs = Run.__table__
 
 
-def the_run(run_id: str, *, tenant_id: str, user_id: str | None = None) -> sa.ColumnElement[bool]:
-    """The run ``run_id`` when it is the tenant's (and the user's, when given).
+def the_run(run_id: str, *, tenant_id: str, user_id: str) -> sa.ColumnElement[bool]:
+    """The run ``run_id`` when it is this user's of this tenant.
 
     Found through the primary key alone: the owner is compared with IS NOT DISTINCT FROM, which
     no index serves. With plain equalities a plan made while the table was small could look the
     run up in ``(tenant_id, user_id, created_at)``, reading every older run of the owner first
-    (migration 0017). Both sides are never NULL here, so the answers are the same."""
-    owner = [runs.c.tenant_id] if user_id is None else [runs.c.tenant_id, runs.c.user_id]
-    values = [tenant_id] if user_id is None else [tenant_id, user_id]
+    (migration 0017). The columns are NOT NULL, so a NULL argument matches nothing, as with ``=``."""
     return sa.and_(
         runs.c.id == run_id,
-        sa.tuple_(*owner).is_not_distinct_from(sa.tuple_(*values)),
+        sa.tuple_(runs.c.tenant_id, runs.c.user_id).is_not_distinct_from(sa.tuple_(tenant_id, user_id)),
     )
+
+
+def the_tenants_run(run_id: str, *, tenant_id: str) -> sa.ColumnElement[bool]:
+    """The run ``run_id`` when it is this tenant's, whoever started it; by key, as ``the_run``."""
+    return sa.and_(runs.c.id == run_id, runs.c.tenant_id.is_not_distinct_from(tenant_id))
 
 
 def new_run_id() -> str:

@@ -7,7 +7,7 @@ statement's calls (measured on one connection, server CPU per call of an admissi
 calls: 105 µs, of 80 calls: 87 µs; read by key: 63 and 71 µs). A call's count is now its
 run's count of its hash before the statement, read through the primary key (every part of a
 statement sees the rows as they were when it began, and they are written only under the run's
-lock, which the statement holds), plus its place among the statement's calls of that hash:
+lock, which the transaction holds, taken by an earlier statement), plus its place among the statement's calls of that hash:
 the same number as before.
 
 Applied from its file. Downgrade leaves the function as it is: it answers as that of 0017.

@@ -383,9 +383,10 @@ BEGIN
     END IF;
 
     -- Every call is counted, as the loop counts it; its count is its run's count of its hash
-    -- before the statement (read by key: every part of a statement sees the rows as they were
-    -- when it began) plus its place among the statement's calls of that hash, and past the
-    -- run's repeat limit it is refused. (Joining the calls to the upsert's RETURNING instead
+    -- before the statement plus its place among the statement's calls of that hash, and past
+    -- the run's repeat limit it is refused. The count before is read by key: every part of a
+    -- statement sees the rows as they were when it began, and no other transaction writes a
+    -- run's counts while this one holds the run's lock (taken above). (Joining the calls to the upsert's RETURNING instead
     -- joined two sets without an index, hash and merge joins being off: a nested loop, its
     -- cost growing with the square of the statement's calls.)
     WITH counted AS (
