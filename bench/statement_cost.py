@@ -18,6 +18,11 @@ concurrency rises. This is the figure behind it, free of the HTTP servers and of
 machine's noise beyond PostgreSQL's own process.
 
     .venv/bin/python bench/statement_cost.py [--statements 1000] [--repeats 3] [--groups 1,4,16]
+                                             [--calls-per-request 1] [--older-runs 0]
+
+``--calls-per-request K`` gives every request K calls in its run (a batch); ``--older-runs N``
+adds N older runs of the same user after the warm-up, as a user's history grows under a
+connection that keeps its plans (the lookups of a run must not read them).
 
 Linux only (/proc), and PostgreSQL on this machine (BENCH_DATABASE_URL, default
 postgresql://postgres@127.0.0.1:5432/postgres); it creates and drops its own database.
@@ -56,21 +61,26 @@ BODY = '{"tool_calls": [{"id": "c", "type": "function", "function": {"name": "ge
 class Statements:
     """The ledger's two statements and the baseline's, on fresh calls each time (as a real load sends)."""
 
-    def __init__(self, conn: asyncpg.Connection, ledger: PostgresLedger, runs: list[str]) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, ledger: PostgresLedger, runs: list[str], *, calls_per_request: int = 1
+    ) -> None:
         self.conn, self.ledger, self.runs = conn, ledger, runs
+        self.calls_per_request = calls_per_request
 
     def items(self, size: int) -> tuple[list[_AdmitItem], list[_RecordItem]]:
         now = datetime.now(UTC)
         admit, record = [], []
         for run_id in self.runs[:size]:
-            call_id = uuid.uuid4().hex
-            arguments = f'{{"article_id": "{call_id}"}}'.encode()
-            request = ToolCallRequest(id=call_id, name="get_article", arguments=arguments)
-            plan = plan_call(REGISTRY, ALICE, request)
-            admit.append(_AdmitItem(ALICE, run_id, [plan], "req_bench", now, now - timedelta(minutes=20),
+            plans = []
+            for _ in range(self.calls_per_request):
+                call_id = uuid.uuid4().hex
+                arguments = f'{{"article_id": "{call_id}"}}'.encode()
+                plans.append(plan_call(REGISTRY, ALICE, ToolCallRequest(id=call_id, name="get_article",
+                                                                        arguments=arguments)))
+            admit.append(_AdmitItem(ALICE, run_id, plans, "req_bench", now, now - timedelta(minutes=20),
                                     now + timedelta(days=1), None))
-            finished = FinishedCall(plan, OK, '{"ok":true,"result":{"title":"t"}}', 11.5)
-            record.append(_RecordItem(ALICE, run_id, [finished], "req_bench", now))
+            finished = [FinishedCall(plan, OK, '{"ok":true,"result":{"title":"t"}}', 11.5) for plan in plans]
+            record.append(_RecordItem(ALICE, run_id, finished, "req_bench", now))
         return admit, record
 
     async def admit(self, items: list[_AdmitItem]) -> None:
@@ -92,7 +102,9 @@ async def cpu_us_per_statement(pid: int, statements: int, send: Callable[[], Awa
     return 1e6 * (process_cpu_s(pid) - before) / statements
 
 
-async def measure(dsn: str, groups: list[int], statements: int, repeats: int) -> dict[str, list[float]]:
+async def measure(
+    dsn: str, groups: list[int], statements: int, repeats: int, *, calls_per_request: int = 1, older_runs: int = 0
+) -> dict[str, list[float]]:
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
         await conn.execute(common.BASELINE_TABLE)
@@ -104,7 +116,7 @@ async def measure(dsn: str, groups: list[int], statements: int, repeats: int) ->
             [(run,) for run in runs],
         )
         ledger = PostgresLedger.__new__(PostgresLedger)  # only its statements: no batchers, no pool
-        subject = Statements(conn, ledger, runs)
+        subject = Statements(conn, ledger, runs, calls_per_request=calls_per_request)
         figures: dict[str, list[float]] = {}
 
         async def admit_and_record(size: int) -> tuple[float, float]:
@@ -124,6 +136,12 @@ async def measure(dsn: str, groups: list[int], statements: int, repeats: int) ->
                 admit, record = subject.items(size)
                 await subject.admit(admit)
                 await subject.record(record)
+        if older_runs:  # the user's history grows while the connection keeps the plans made above
+            await conn.executemany(
+                "INSERT INTO runs (id, tenant_id, user_id, max_tool_calls, max_repeats, created_at) "
+                "VALUES ($1, 'acme', 'alice', 10, 3, now() - interval '30 days')",
+                [(f"run_old_{uuid.uuid4().hex}",) for _ in range(older_runs)],
+            )
         for repeat in range(1, repeats + 1):
             figures.setdefault("baseline", []).append(await cpu_us_per_statement(pid, statements, subject.baseline))
             for size in groups:
@@ -136,7 +154,7 @@ async def measure(dsn: str, groups: list[int], statements: int, repeats: int) ->
         await conn.close()
 
 
-def report(figures: dict[str, list[float]], groups: list[int]) -> None:
+def report(figures: dict[str, list[float]], groups: list[int], calls_per_request: int = 1) -> None:
     def med(name: str) -> float:
         return statistics.median(figures[name])
 
@@ -146,16 +164,17 @@ def report(figures: dict[str, list[float]], groups: list[int]) -> None:
     for kind in ("admit", "record"):
         for size in groups:
             per_statement = med(f"{kind} {size}")
-            label = f"{'admission' if kind == 'admit' else 'record'} of {size} call{'s' if size > 1 else ''}"
-            per_call = per_statement / size
+            calls = size * calls_per_request
+            label = f"{'admission' if kind == 'admit' else 'record'} of {calls} call{'s' if calls > 1 else ''}"
+            per_call = per_statement / calls
             print(f"{label:<32} {per_statement:13.0f} {per_call:9.0f} {per_call / baseline:11.2f}")
     if len(groups) > 1:
         small, large = min(groups), max(groups)
         for kind, label in (("admit", "admission"), ("record", "record")):
-            per_call = (med(f"{kind} {large}") - med(f"{kind} {small}")) / (large - small)
-            fixed = med(f"{kind} {small}") - small * per_call
+            per_call = (med(f"{kind} {large}") - med(f"{kind} {small}")) / ((large - small) * calls_per_request)
+            fixed = med(f"{kind} {small}") - small * calls_per_request * per_call
             print(f"{label}: {fixed:.0f} µs per statement + {per_call:.0f} µs per call "
-                  f"(fitted over groups of {small} and {large})")
+                  f"(fitted over groups of {small} and {large} requests)")
 
 
 def main() -> int:
@@ -163,12 +182,16 @@ def main() -> int:
     parser.add_argument("--statements", type=int, default=1000, help="statements of each kind per round")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--groups", default="1,4,16", help="group sizes (concurrent requests in one statement)")
+    parser.add_argument("--calls-per-request", type=int, default=1, help="tool calls in each request (a batch)")
+    parser.add_argument("--older-runs", type=int, default=0,
+                        help="older runs of the same user added after the warm-up, while the connection keeps its plans")
     args = parser.parse_args()
     groups = sorted({int(size) for size in args.groups.split(",")})
     with common.bench_database("gateway_statements") as db_dsn:
         common.prepare_gateway(common.gateway_env(db_dsn, log_level="WARNING"))
-        figures = asyncio.run(measure(db_dsn, groups, args.statements, args.repeats))
-    report(figures, groups)
+        figures = asyncio.run(measure(db_dsn, groups, args.statements, args.repeats,
+                                      calls_per_request=args.calls_per_request, older_runs=args.older_runs))
+    report(figures, groups, args.calls_per_request)
     return 0
 
 
