@@ -3,10 +3,10 @@
 ``gateway_admit_calls`` and ``gateway_admit_calls_one_by_one`` looked a run up by id, tenant
 and user, all three as equalities. A generic plan made while ``runs`` was small and not yet
 analyzed (a new install) served the lookup from ``(tenant_id, user_id, created_at)``, and the
-connection kept that plan: every admission then read every run of the caller's, live and
-dead, for each run it locked, a cost growing with how many runs a user has (measured: 128
-runs of one user, 343 index entries read per lookup, about two thirds of the admission's
-server time). The owner is now compared with ``IS NOT DISTINCT FROM``, which no index serves,
+connection kept that plan: for each run it locked, an admission then read the caller's runs
+in order of creation up to that one, live and dead, a cost growing with how many runs a user
+has (measured on one connection: 16 calls of a user with 2,000 older runs cost 2.8–3.2 ms of
+server CPU against 1.0–1.1 ms by the primary key, as with no older runs). The owner is now compared with ``IS NOT DISTINCT FROM``, which no index serves,
 so the primary key is the only way in; the answers are the same (the columns are NOT NULL).
 
 Applied from its file. Downgrade leaves the functions as they are: they answer as those of

@@ -361,9 +361,10 @@ BEGIN
                   FROM unnest(v_runs, v_run_tenant, v_run_user) WITH ORDINALITY AS w(id, tenant, owner, i)
                   -- The owner as IS NOT DISTINCT FROM, which no index serves: with plain
                   -- equalities a generic plan made while runs was small and not analyzed reads
-                  -- the runs through (tenant_id, user_id, created_at), every run of the user at
-                  -- each lookup. (Both sides are never NULL: runs' columns are NOT NULL, and a
-                  -- batch naming no owner is not common.)
+                  -- the runs through (tenant_id, user_id, created_at): at each lookup, the
+                  -- user's runs in order of creation up to the one it wants. (Both sides are
+                  -- never NULL: runs' columns are NOT NULL, and a batch naming no owner is not
+                  -- common.)
                   JOIN runs r ON r.id = w.id AND (r.tenant_id, r.user_id) IS NOT DISTINCT FROM (w.tenant, w.owner)
                  ORDER BY w.i
                    FOR UPDATE OF r) AS l;
@@ -386,9 +387,9 @@ BEGIN
     -- before the statement plus its place among the statement's calls of that hash, and past
     -- the run's repeat limit it is refused. The count before is read by key: every part of a
     -- statement sees the rows as they were when it began, and no other transaction writes a
-    -- run's counts while this one holds the run's lock (taken above). (Joining the calls to the upsert's RETURNING instead
-    -- joined two sets without an index, hash and merge joins being off: a nested loop, its
-    -- cost growing with the square of the statement's calls.)
+    -- run's counts while this one holds the run's lock (taken above). (Joining the calls to
+    -- the upsert's RETURNING instead joined two sets without an index, hash and merge joins
+    -- being off: a nested loop, its cost growing with the square of the statement's calls.)
     WITH counted AS (
         INSERT INTO run_call_counts AS rc (run_id, call_hash, count)
         SELECT c.run, c.call_hash, count(*) FROM unnest(v_run, v_call_hash) AS c(run, call_hash)
