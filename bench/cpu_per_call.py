@@ -7,7 +7,11 @@ gateway and bench/baseline_app.py (one worker each, on PostgreSQL), then alterna
 with wrk: the gateway with one call per request, the baseline, the gateway with a batch of
 8 calls. For each it reads the serving process's CPU time (/proc) and the CPU time of every
 PostgreSQL server process before and after, and prints microseconds per call and the
-gateway/baseline ratios.
+gateway/baseline ratios. It also prints the whole machine's CPU per call (every process: the
+load generator's and anything else running, /proc/stat) and how busy the serving process
+and the machine were: a serving process below one core on a machine near all of its cores
+is held back by the machine, not by its own CPU, and moving its work to another process
+would not make it faster.
 
     .venv/bin/python bench/cpu_per_call.py [--duration 6] [--repeats 3] [--connections 32]
 
@@ -78,18 +82,35 @@ def postgres_cpu_s(postmaster: int) -> float:
     return total
 
 
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, every core (``/proc/stat``):
+    busy is everything but idle and I/O wait."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:9]]
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / TICKS, sum(ticks) / TICKS
+
+
 def measure(
     pid: int, postmaster: int, drive: object, calls_per_request: int, duration_s: int
-) -> tuple[float, float, float]:
-    """(requests/s, gateway-or-baseline µs per call, PostgreSQL µs per call) of one wrk run."""
+) -> tuple[float, float, float, float, float, float]:
+    """Of one wrk run: requests/s; gateway-or-baseline, PostgreSQL and whole-machine µs per
+    call; the serving process's and the machine's busy share (1.0: one core, all cores)."""
     process_before, postgres_before = process_cpu_s(pid), postgres_cpu_s(postmaster)
+    machine_before, all_before = machine_cpu_s()
     sample: common.Sample = drive()  # type: ignore[operator]
     process_after, postgres_after = process_cpu_s(pid), postgres_cpu_s(postmaster)
+    machine_after, all_after = machine_cpu_s()
     calls = sample.rps * duration_s * calls_per_request
+    cores = os.cpu_count() or 1
+    wall_s = (all_after - all_before) / cores
     return (
         sample.rps,
         1e6 * (process_after - process_before) / calls,
         1e6 * (postgres_after - postgres_before) / calls,
+        1e6 * (machine_after - machine_before) / calls,
+        (process_after - process_before) / wall_s if wall_s else 0.0,
+        (machine_after - machine_before) / (all_after - all_before) if all_after > all_before else 0.0,
     )
 
 
@@ -115,7 +136,9 @@ def main() -> int:
 
             for url, batch in ((gateway_url, 1), (baseline_url, 1), (gateway_url, 8)):
                 driver(url, batch, "w", 2)()  # warm up
-            rows: dict[str, list[tuple[float, float, float]]] = {"single": [], "baseline": [], "batch": []}
+            rows: dict[str, list[tuple[float, float, float, float, float, float]]] = {
+                "single": [], "baseline": [], "batch": []
+            }
             postmaster = postmaster_of(db_dsn)
             for _ in range(args.repeats):
                 rows["single"].append(measure(gateway.pid, postmaster, driver(gateway_url, 1, "s", args.duration), 1, args.duration))
@@ -127,16 +150,18 @@ def main() -> int:
             common.stop(processes)
 
 
-def report(rows: dict[str, list[tuple[float, float, float]]]) -> None:
+def report(rows: dict[str, list[tuple[float, float, float, float, float, float]]]) -> None:
     def med(name: str, index: int) -> float:
         return statistics.median(row[index] for row in rows[name])
 
     labels = {"single": "gateway, 1 call/request", "baseline": "baseline (JWT + 1 INSERT)",
               "batch": "gateway, 8 calls/request"}
     print(f"\n{'medians of ' + str(len(rows['single'])) + ' rounds':<28} {'req/s':>8} "
-          f"{'server µs/call':>15} {'postgres µs/call':>17}")
+          f"{'server µs/call':>15} {'postgres µs/call':>17} {'machine µs/call':>16} "
+          f"{'server busy':>12} {'machine busy':>13}")
     for name, label in labels.items():
-        print(f"{label:<28} {med(name, 0):8.0f} {med(name, 1):15.0f} {med(name, 2):17.0f}")
+        print(f"{label:<28} {med(name, 0):8.0f} {med(name, 1):15.0f} {med(name, 2):17.0f} {med(name, 3):16.0f} "
+              f"{med(name, 4):11.0%} {med(name, 5):12.0%}")
     print(f"\nratio gateway/baseline CPU per call, server:   {med('single', 1) / med('baseline', 1):.2f}")
     print(f"ratio gateway/baseline CPU per call, postgres: {med('single', 2) / med('baseline', 2):.2f}")
     print(f"ratio batch-8/single server CPU per call:      {med('batch', 1) / med('single', 1):.2f}")
