@@ -151,10 +151,16 @@ class PostgresLedger(Ledger):
     """Concurrent requests' admissions go to PostgreSQL together, as do their records
     (``StatementBatcher``): one statement and one commit serve every request in a batch."""
 
-    ADMIT = (
-        "SELECT o_batch, o_tool_call_id, o_decision, o_outcome, o_content, o_approval_id, o_approval_status "
-        "FROM gateway_admit_calls($1::jsonb, $2::jsonb)"
+    _OUTPUTS = "o_batch, o_tool_call_id, o_decision, o_outcome, o_content, o_approval_id, o_approval_status"
+    ADMIT = f"SELECT {_OUTPUTS} FROM gateway_admit_calls($1::jsonb, $2::jsonb)"
+    ADMIT_COMMON = (
+        f"SELECT {_OUTPUTS} FROM gateway_admit_common_calls($1::integer[], $2::text[], $3::text[], $4::text[], "
+        "$5::text[], $6::text[], $7::timestamptz[], $8::jsonb[], $9::jsonb[], $10::boolean, $11::text[], $12::text[], "
+        "$13::text[], $14::text, $15::jsonb)"
     )
+    sends_common_case_as_arrays = True
+    """The common case goes as typed arrays (``gateway_admit_common_calls``), everything else
+    as JSON; False sends everything as JSON (``gateway_admit_calls`` then finds the common case)."""
     RECORD = "SELECT gateway_record_calls($1::jsonb)"
     _contents = msgspec.json.encode(LEDGER_CONTENTS).decode()
     _encoder = msgspec.json.Encoder()
@@ -226,7 +232,12 @@ class PostgresLedger(Ledger):
             }
             for i in order
         ]
-        rows = await conn.fetch(self.ADMIT, self._encoder.encode(batches).decode(), self._contents)
+        as_json = self._encoder.encode(batches).decode()
+        arrays = _common_case_arrays(batches, [items[i] for i in order]) if self.sends_common_case_as_arrays else None
+        if arrays is None:
+            rows = await conn.fetch(self.ADMIT, as_json, self._contents)
+        else:  # the JSON goes along as text, parsed only if the database finds the case not common after all
+            rows = await conn.fetch(self.ADMIT_COMMON, *arrays, as_json, self._contents)
         grouped: list[list[Admission] | None] = [[] for _ in items]
         for row in rows:
             position = order[row[0]]
@@ -265,6 +276,66 @@ class PostgresLedger(Ledger):
         ).decode()
         await conn.execute(self.RECORD, rows)
         return [None] * len(items)
+
+
+_PLAIN_CALL_KEYS = frozenset({"audit", "call_hash", "needs_approval", "approval_id", "arguments", "read_only", "result"})
+"""What a plain call's admission payload may hold: a key an admission guard adds beyond these
+(``guards.admission_payload``) sends the statement as JSON, to the SQL that knows it."""
+
+
+def _common_case_arrays(batches: list[dict[str, Any]], items: list[_AdmitItem]) -> list[Any] | None:
+    """The arguments of ``gateway_admit_common_calls`` up to its runs' owners, from the
+    statement's batches (and their items, in the same order), or ``None`` when the batches are
+    not plainly the common case, as ``gateway_admit_calls`` would find from the same JSON
+    (``admit_calls.sql``; a time without a zone, or a batch naming no owner, goes as JSON too).
+    The database counts each run's calls and latest time from the calls themselves."""
+    batch_of: list[int] = []
+    run_of: list[str] = []
+    ids: list[str] = []
+    tools: list[str | None] = []
+    hashes_of_arguments: list[str | None] = []
+    call_hashes: list[str] = []
+    times: list[datetime] = []
+    results: list[str | None] = []
+    audits: list[str] = []
+    read_only = True
+    owners: dict[str, tuple[str, str]] = {}  # run id -> (tenant, user), in the order of first batch
+    seen: set[tuple[str, str]] = set()
+    encode = _encode_json
+    for index, (batch, item) in enumerate(zip(batches, items, strict=True)):
+        calls = batch["calls"]
+        owner = (item.principal.tenant_id, item.principal.user_id)
+        if not calls or item.now.tzinfo is None or item.run_id is None or None in owner:
+            return None
+        if owners.setdefault(item.run_id, owner) != owner:
+            return None
+        for call in calls:
+            if (not call.keys() <= _PLAIN_CALL_KEYS or call.get("needs_approval") not in (None, False)
+                    or call.get("call_hash") is None):
+                return None
+            part = call["audit"]
+            key = (item.run_id, part.get("tool_call_id"))
+            if key[1] is None or key in seen:
+                return None
+            seen.add(key)
+            batch_of.append(index)
+            run_of.append(item.run_id)
+            ids.append(key[1])
+            tools.append(part.get("tool"))
+            hashes_of_arguments.append(part.get("arguments_sha256"))
+            call_hashes.append(call["call_hash"])
+            times.append(item.now)
+            result = call.get("result")
+            results.append(None if result is None else encode(result).decode())
+            audits.append(encode({**batch["audit"], **part}).decode())
+            read_only = read_only and call.get("read_only") is True
+    return [
+        batch_of, run_of, ids, tools, hashes_of_arguments, call_hashes, times, results, audits, read_only,
+        list(owners), [tenant for tenant, _ in owners.values()], [user for _, user in owners.values()],
+    ]
+
+
+_encode_json = msgspec.json.Encoder().encode
 
 
 def _ran_ahead(item: _AdmitItem, plan: CallPlan) -> CallOutcome | None:

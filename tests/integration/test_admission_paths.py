@@ -1,9 +1,10 @@
 """The admission statement's two ways of deciding (``gateway/db/sql/admit_calls.sql``): the
-common case set-based, everything else call by call. Each scenario runs twice on runs made
-alike, once through ``gateway_admit_calls`` and once through the loop alone
-(``gateway_admit_calls_one_by_one``), in the same statements; the answers, the stored calls,
-counts, approvals and runs, and the audit rows (in their order) must be the same, and the
-scenario takes the way it names. PostgreSQL."""
+common case set-based, everything else call by call. Each scenario runs three times on runs
+made alike, in the same statements: as the ledger sends them (the common case as typed arrays
+to ``gateway_admit_common_calls``, anything else as JSON), all as JSON through
+``gateway_admit_calls``, and through the loop alone (``gateway_admit_calls_one_by_one``); the
+answers, the stored calls, counts, approvals and runs, and the audit rows (in their order) must
+be the same, and the scenario takes the way it names. PostgreSQL."""
 
 from __future__ import annotations
 
@@ -38,25 +39,37 @@ LOOP = "gateway_admit_calls_one_by_one"
 
 class PathLedger(PostgresLedger):
     """The real ledger; each admission statement runs in a transaction of its own that tells
-    whether it went call by call. ``loop_only``: the statement calls the loop itself."""
+    whether it went call by call, and whether the gateway's arrays decided it.
+    ``loop_only``: the statement calls the loop itself; ``arrays``: the ledger sends the
+    common case as arrays (else everything as JSON)."""
 
-    def __init__(self, *args: Any, loop_only: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, loop_only: bool = False, arrays: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if loop_only:
             self.ADMIT = PostgresLedger.ADMIT.replace("gateway_admit_calls(", f"{LOOP}(")
+        self.sends_common_case_as_arrays = arrays and not loop_only
         self.loop_only = loop_only
         self.went_call_by_call: list[bool] = []
+        self.went_as_arrays: list[bool] = []
+        self.went_as_json: list[bool] = []
 
     async def _admit_many(self, conn: Any, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
         # Counted before and after, in one transaction: a function's counts of an earlier
         # transaction on this connection may still show here until the server flushes them.
-        loop_calls = "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = $1"
+        counts = ("SELECT funcname, coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+                  " WHERE funcname = ANY($1::text[]) GROUP BY funcname")
+        names = [LOOP, "gateway_admit_calls", "gateway_admit_common_calls"]
         async with conn.transaction():
             await conn.execute("SET LOCAL track_functions = 'pl'")
-            before = await conn.fetchval(loop_calls, LOOP)
+            before = dict(await conn.fetch(counts, names))
             grouped = await super()._admit_many(conn, items)
-            after = await conn.fetchval(loop_calls, LOOP)
-        self.went_call_by_call.append(self.loop_only or after > before)
+            after = dict(await conn.fetch(counts, names))
+        called = {name: after.get(name, 0) > before.get(name, 0) for name in names}
+        self.went_call_by_call.append(self.loop_only or called[LOOP])
+        self.went_as_arrays.append(
+            called["gateway_admit_common_calls"] and not called["gateway_admit_calls"] and not called[LOOP]
+        )
+        self.went_as_json.append(called["gateway_admit_calls"])
         return grouped
 
 
@@ -179,18 +192,26 @@ async def both_ways(
 ) -> tuple[list[bool], list[Any]]:
     """Plays the statements through both functions; asserts they answer and store the same. Returns
     for each statement whether ``gateway_admit_calls`` went call by call, and its answers."""
-    either = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER)
+    as_sent = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER)
+    as_json = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER, arrays=False)
     loop = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER, loop_only=True)
-    sides = Side(either), Side(loop)
+    sides = Side(as_sent), Side(as_json), Side(loop)
     try:
         for side in sides:
             await play(db, side, specs, statements)
     finally:
         for side in sides:
             await side.ledger.close()
-    assert sides[0].answers == sides[1].answers
-    assert await stored(db, sides[0].runs) == await stored(db, sides[1].runs)
-    return sides[0].ledger.went_call_by_call, sides[0].answers
+    assert sides[0].answers == sides[1].answers == sides[2].answers
+    assert await stored(db, sides[0].runs) == await stored(db, sides[1].runs) == await stored(db, sides[2].runs)
+    # The same statements go the same way as arrays and as JSON; what is not call by call was
+    # decided from the gateway's arrays, without gateway_admit_calls unpacking any JSON.
+    assert as_sent.went_call_by_call == as_json.went_call_by_call
+    assert as_sent.went_as_arrays == [not by_call for by_call in as_sent.went_call_by_call]
+    # The ledger sends JSON only for what it can see is not the common case.
+    assert all(by_call for by_call, json in zip(as_sent.went_call_by_call, as_sent.went_as_json, strict=True) if json)
+    assert not any(as_json.went_as_arrays) and all(as_json.went_as_json)
+    return as_sent.went_call_by_call, sides[0].answers
 
 
 def calls(prefix: str, count: int, **kwargs: Any) -> tuple[Call, ...]:
@@ -311,10 +332,11 @@ async def test_one_id_in_two_requests_of_a_statement_goes_call_by_call(db):
     assert (answers[0][0][0][1], answers[0][1][0][1]) == ("executed", "replay")
 
 
-async def test_read_only_claims_decided_set_based_commit_without_waiting_for_their_flush(db):
+@pytest.mark.parametrize("arrays", [True, False], ids=["sent-as-arrays", "sent-as-json"])
+async def test_read_only_claims_decided_set_based_commit_without_waiting_for_their_flush(db, arrays):
     reader = Principal("acme", "alice", ALICE.roles, ALICE.permissions | {"articles:read"})
     search = Call("s", name="search_articles", arguments='{"query": "x"}')
-    ledger = PathLedger(db, approval_ttl=APPROVAL_TTL)
+    ledger = PathLedger(db, approval_ttl=APPROVAL_TTL, arrays=arrays)
     side = Side(ledger)
     modes: list[str] = []
 
@@ -336,6 +358,7 @@ async def test_read_only_claims_decided_set_based_commit_without_waiting_for_the
     finally:
         await ledger.close()
     assert ledger.went_call_by_call == [False, False]
+    assert ledger.went_as_arrays == [arrays, arrays]
     assert modes == ["off", "on"]
 
 

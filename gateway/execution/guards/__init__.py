@@ -25,7 +25,9 @@ statement of the batch (one round trip before anything runs, one after), which d
 them in the same order (``gateway_admit_calls``); the execution guards wrap the handler,
 the first outermost. Adding a guard: its module here, its test file under
 ``tests/unit/guards/``, its place in ``GUARDS``, its code in ``gateway.errors`` (and, for
-an admission guard, its part of the statement's SQL).
+an admission guard, its part of the statement's SQL; a payload key it adds sends every
+statement with such a call as JSON to that SQL unless ``gateway.execution.ledger``'s
+``_PLAIN_CALL_KEYS`` lists it as one the common case's arrays may ignore).
 """
 
 from __future__ import annotations
