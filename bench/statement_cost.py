@@ -8,6 +8,8 @@ On one connection to a migrated database, sends alternately:
   statement the gateway sends before running an HTTP tool: claim, budget, repeat count),
   built by the gateway's own ledger code;
 - the record of the same n calls (their outcomes and audit rows, committed durably);
+- the same admission with every call sent as JSON (``gateway_admit_calls`` unpacking it, as
+  the ledger sent it before the common case went as typed arrays), and its record;
 and prints the server process's CPU time (/proc) per statement and per call for groups of 1, 4
 and 16, and what a statement costs whatever its size (fixed) against what each call adds,
 fitted over the smallest and largest groups.
@@ -83,8 +85,12 @@ class Statements:
             record.append(_RecordItem(ALICE, run_id, finished, "req_bench", now))
         return admit, record
 
-    async def admit(self, items: list[_AdmitItem]) -> None:
-        admissions = await self.ledger._admit_many(self.conn, items)
+    async def admit(self, items: list[_AdmitItem], *, as_json: bool = False) -> None:
+        ledger = self.ledger
+        if as_json:  # everything as JSON, unpacked by gateway_admit_calls (as before migration 0019)
+            ledger = PostgresLedger.__new__(PostgresLedger)
+            ledger.sends_common_case_as_arrays = False
+        admissions = await ledger._admit_many(self.conn, items)
         if any(a is None or a[0].decision != "execute" for a in admissions):
             raise RuntimeError(f"a call was not admitted to run: {admissions}")
 
@@ -119,17 +125,21 @@ async def measure(
         subject = Statements(conn, ledger, runs, calls_per_request=calls_per_request)
         figures: dict[str, list[float]] = {}
 
-        async def admit_and_record(size: int) -> tuple[float, float]:
-            admit_us = record_us = 0.0
+        async def admit_and_record(size: int) -> tuple[float, float, float]:
+            admit_us = json_us = record_us = 0.0
             for _ in range(statements):
-                admit, record = subject.items(size)
-                before = process_cpu_s(pid)
-                await subject.admit(admit)
-                middle = process_cpu_s(pid)
-                await subject.record(record)
-                admit_us += middle - before
-                record_us += process_cpu_s(pid) - middle
-            return 1e6 * admit_us / statements, 1e6 * record_us / statements
+                for as_json in (False, True):
+                    admit, record = subject.items(size)
+                    before = process_cpu_s(pid)
+                    await subject.admit(admit, as_json=as_json)
+                    middle = process_cpu_s(pid)
+                    await subject.record(record)
+                    if as_json:
+                        json_us += middle - before
+                    else:
+                        admit_us += middle - before
+                        record_us += process_cpu_s(pid) - middle
+            return 1e6 * admit_us / statements, 1e6 * json_us / statements, 1e6 * record_us / statements
 
         for size in groups:  # warm up: plans made, caches filled
             for _ in range(50):
@@ -145,8 +155,9 @@ async def measure(
         for repeat in range(1, repeats + 1):
             figures.setdefault("baseline", []).append(await cpu_us_per_statement(pid, statements, subject.baseline))
             for size in groups:
-                admit_us, record_us = await admit_and_record(size)
+                admit_us, json_us, record_us = await admit_and_record(size)
                 figures.setdefault(f"admit {size}", []).append(admit_us)
+                figures.setdefault(f"admit-json {size}", []).append(json_us)
                 figures.setdefault(f"record {size}", []).append(record_us)
             print(f"round {repeat}: " + ", ".join(f"{k} {v[-1]:.0f} µs" for k, v in figures.items()), file=sys.stderr)
         return figures
@@ -161,16 +172,17 @@ def report(figures: dict[str, list[float]], groups: list[int], calls_per_request
     baseline = med("baseline")
     print(f"\n{'PostgreSQL CPU, medians':<32} {'µs/statement':>13} {'µs/call':>9} {'x baseline':>11}")
     print(f"{'baseline INSERT (1 row)':<32} {baseline:13.0f} {baseline:9.0f} {1:11.2f}")
-    for kind in ("admit", "record"):
+    names = {"admit": "admission", "admit-json": "admission as JSON", "record": "record"}
+    for kind, name in names.items():
         for size in groups:
             per_statement = med(f"{kind} {size}")
             calls = size * calls_per_request
-            label = f"{'admission' if kind == 'admit' else 'record'} of {calls} call{'s' if calls > 1 else ''}"
+            label = f"{name} of {calls} call{'s' if calls > 1 else ''}"
             per_call = per_statement / calls
             print(f"{label:<32} {per_statement:13.0f} {per_call:9.0f} {per_call / baseline:11.2f}")
     if len(groups) > 1:
         small, large = min(groups), max(groups)
-        for kind, label in (("admit", "admission"), ("record", "record")):
+        for kind, label in names.items():
             per_call = (med(f"{kind} {large}") - med(f"{kind} {small}")) / ((large - small) * calls_per_request)
             fixed = med(f"{kind} {small}") - small * calls_per_request * per_call
             print(f"{label}: {fixed:.0f} µs per statement + {per_call:.0f} µs per call "
