@@ -156,7 +156,7 @@ class PostgresLedger(Ledger):
     ADMIT_COMMON = (
         f"SELECT {_OUTPUTS} FROM gateway_admit_common_calls($1::integer[], $2::text[], $3::text[], $4::text[], "
         "$5::text[], $6::text[], $7::timestamptz[], $8::jsonb[], $9::jsonb[], $10::boolean, $11::text[], $12::text[], "
-        "$13::text[], $14::text, $15::jsonb)"
+        "$13::text[], $14::text, $15::jsonb, NULL::jsonb)"
     )
     sends_common_case_as_arrays = True
     """The common case goes as typed arrays (``gateway_admit_common_calls``), everything else

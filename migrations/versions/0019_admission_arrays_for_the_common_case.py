@@ -4,7 +4,7 @@
 ids, count, claim, audit), taking each call's fields as arrays; the gateway calls it directly
 when its batches are the common case, so PostgreSQL neither parses the batches' JSON nor
 starts the aggregates that unpack it: measured on one connection, an admission of one call
-cost 0.56-0.72× the server CPU it cost as JSON, of four 0.80-0.88×, of sixteen 0.79-0.92×.
+cost 0.56-0.80× the server CPU it cost as JSON, of four 0.79-0.88×, of sixteen 0.79-0.92×.
 When the database finds the case not common after all, the function decides the calls one by
 one in the same statement, from the batches' JSON passed along as text.
 ``gateway_admit_calls`` unpacks its JSON as before and hands the common case to the new

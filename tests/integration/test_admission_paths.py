@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 import sqlalchemy as sa
 
@@ -22,6 +23,7 @@ from gateway.auth.principal import Principal
 from gateway.db.engine import Database
 from gateway.db.models import Approval, AuditEvent, Run, RunCallCount, ToolCall
 from gateway.db.runs import create_run
+from gateway.execution import ledger as ledger_module
 from gateway.execution.checks import CallPlan, plan_call
 from gateway.execution.ledger import Admission, FinishedCall, PostgresLedger, _AdmitItem, create_ledger
 from gateway.execution.protocol import ToolCallRequest
@@ -52,6 +54,7 @@ class PathLedger(PostgresLedger):
         self.went_call_by_call: list[bool] = []
         self.went_as_arrays: list[bool] = []
         self.went_as_json: list[bool] = []
+        self.went_as_arrays_then_by_call: list[bool] = []
 
     async def _admit_many(self, conn: Any, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
         # Counted before and after, in one transaction: a function's counts of an earlier
@@ -70,6 +73,9 @@ class PathLedger(PostgresLedger):
             called["gateway_admit_common_calls"] and not called["gateway_admit_calls"] and not called[LOOP]
         )
         self.went_as_json.append(called["gateway_admit_calls"])
+        self.went_as_arrays_then_by_call.append(
+            called["gateway_admit_common_calls"] and called[LOOP] and not called["gateway_admit_calls"]
+        )
         return grouped
 
 
@@ -484,3 +490,77 @@ async def test_a_run_is_found_by_its_key_however_many_older_runs_its_user_has(db
     assert [[a.decision for a in admissions or []] for admissions in grouped] == [["execute"]] * len(runs)
     # Each run read by key, once to lock it and once to add its calls to used_tool_calls.
     assert len(runs) <= fetched <= 2 * len(runs)
+
+
+async def test_what_only_the_database_finds_not_common_goes_call_by_call_in_the_same_statement(db):
+    # A replay and a budget reached: the gateway cannot see either, so it sends the arrays, and
+    # the statement that finds them not common decides its calls one by one itself.
+    ledger = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER)
+    side = Side(ledger)
+    try:
+        await play(db, side, [RunSpec(), RunSpec(max_tool_calls=2)],
+                   [[Request(0, calls("r", 2))], [Request(0, calls("r", 1))], [Request(1, calls("b", 3))]])
+    finally:
+        await ledger.close()
+    assert ledger.went_as_arrays == [True, False, False]
+    assert ledger.went_as_arrays_then_by_call == [False, True, True]
+    assert not any(ledger.went_as_json)
+    assert side.answers[1][0][0][1] == "replay"
+    assert [answer[1] for answer in side.answers[2][0]] == ["execute", "execute", "decided"]
+
+
+def _run_listed_twice(arrays: list[Any]) -> list[Any]:
+    arrays[10] = [arrays[10][0], arrays[10][0]]  # the second run's call is then of no run listed once
+    return arrays
+
+
+def _a_call_of_no_listed_run(arrays: list[Any]) -> list[Any]:
+    arrays[10], arrays[11], arrays[12] = arrays[10][:1], arrays[11][:1], arrays[12][:1]
+    return arrays
+
+
+def _a_run_whose_calls_have_no_time(arrays: list[Any]) -> list[Any]:
+    arrays[6] = arrays[6][:2] + [None]  # the second run's one call
+    return arrays
+
+
+def _an_owner_not_the_runs(arrays: list[Any]) -> list[Any]:
+    arrays[11] = ["globex", *arrays[11][1:]]
+    return arrays
+
+
+def _an_audit_part_naming_someone_else(arrays: list[Any]) -> list[Any]:
+    part = msgspec.json.decode(arrays[8][0])
+    part.update(tenant_id="globex", user_id="mallory", run_id="run_elsewhere", tool_call_id="other")
+    arrays[8] = [msgspec.json.encode(part).decode(), *arrays[8][1:]]
+    return arrays
+
+
+@pytest.mark.parametrize("tamper,falls_back", [
+    (_run_listed_twice, True),
+    (_a_call_of_no_listed_run, True),
+    (_a_run_whose_calls_have_no_time, True),
+    (_an_owner_not_the_runs, True),
+    (_an_audit_part_naming_someone_else, False),
+], ids=["a-run-listed-twice", "a-call-of-no-listed-run", "a-run-without-a-time", "an-owner-not-the-runs",
+        "an-audit-part-naming-someone-else"])
+async def test_arrays_that_disagree_with_their_runs_change_no_outcome(db, monkeypatch, tamper, falls_back):
+    """The arrays come from the gateway; the database checks them against the runs it locks, so
+    arrays that disagree (a bug) are decided call by call from the JSON, and an audit row names
+    the run, owner and call as checked: the same answers and rows as the loop's."""
+    statements = [[Request(0, calls("t", 2, ran_ahead=True)), Request(1, calls("u", 1, ran_ahead=True))]]
+    loop = Side(PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER, loop_only=True))
+    sent = Side(PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER))
+    honest = ledger_module._common_case_arrays
+    try:
+        await play(db, loop, [RunSpec(), RunSpec()], statements)
+        monkeypatch.setattr(ledger_module, "_common_case_arrays",
+                            lambda batches, items: tamper(honest(batches, items)))
+        await play(db, sent, [RunSpec(), RunSpec()], statements)
+    finally:
+        for side in (loop, sent):
+            await side.ledger.close()
+    assert sent.ledger.went_as_arrays_then_by_call == [falls_back]
+    assert sent.ledger.went_as_arrays == [not falls_back]
+    assert sent.answers == loop.answers
+    assert await stored(db, sent.runs) == await stored(db, loop.runs)

@@ -346,7 +346,7 @@ BEGIN
     IF v_common THEN
         RETURN QUERY SELECT * FROM gateway_admit_common_calls(
             v_batch, v_run, v_id, v_tool, v_args_sha256, v_call_hash, v_now, v_result, v_audit, v_read_only,
-            v_runs, v_run_tenant, v_run_user, p_batches::text, p_contents);
+            v_runs, v_run_tenant, v_run_user, NULL, p_contents, p_batches);
         RETURN;
     END IF;
     RETURN QUERY SELECT * FROM gateway_admit_calls_one_by_one(p_batches, p_contents);
@@ -358,21 +358,24 @@ $fn$;
 -- their first batch) with their owners, as gateway_admit_calls unpacks them from its JSON. The
 -- gateway, which knows the batches, sends them so when it sees the common case, and PostgreSQL
 -- neither parses the JSON nor starts the thirty-odd aggregates that unpack it (measured on one
--- connection: an admission of one call cost 0.56-0.72x the server CPU it cost as JSON, of four
--- 0.80-0.88x, of sixteen 0.79-0.92x). The gateway has checked what the batches alone show: every
+-- connection: an admission of one call cost 0.56-0.80x the server CPU it cost as JSON, of four
+-- 0.79-0.88x, of sixteen 0.79-0.92x). The gateway has checked what the batches alone show: every
 -- call plain (no refusal code, no approval, no tool cap, a call hash), no (run, id) twice, every
 -- batch with calls, one owner per run. What only the database knows (the runs' owners, expiry
 -- and budget under their locks, the ids already seen) is checked here, and that every call is
 -- of one of the runs; when it does not hold, nothing has been written and the calls are decided
 -- one by one (gateway_admit_calls_one_by_one), in the same statement, from p_batches: the same
--- batches as JSON text, parsed only then.
+-- batches as JSON text, parsed only then (or from p_batches_jsonb, when gateway_admit_calls
+-- passes on the JSON it was given). An audit row's tenant, user, run and call id are those
+-- checked here, whatever its part of v_audit says.
 -- v_result: a pure call's outcome ({"outcome", "content", "duration_ms", "error_id"}) or NULL;
 -- v_audit: the call's audit row part merged with its batch's (tenant_id, user_id, run_id,
 -- request_id, created_at, tool_call_id, tool, arguments, arguments_sha256).
 CREATE OR REPLACE FUNCTION gateway_admit_common_calls(
     v_batch integer[], v_run text[], v_id text[], v_tool text[], v_args_sha256 text[], v_call_hash text[],
     v_now timestamptz[], v_result jsonb[], v_audit jsonb[], v_read_only boolean,
-    v_runs text[], v_run_tenant text[], v_run_user text[], p_batches text, p_contents jsonb)
+    v_runs text[], v_run_tenant text[], v_run_user text[], p_batches text, p_contents jsonb,
+    p_batches_jsonb jsonb)
 RETURNS TABLE (
     o_batch integer,
     o_tool_call_id text,
@@ -399,18 +402,20 @@ BEGIN
         -- Lock every run, in the batches' order; each must be the caller's, not expired at the
         -- latest time of its batches (nor then at an earlier one), with budget for all its calls.
         -- A run's calls and latest time are counted from the calls, and every call must be of a
-        -- run locked here, once (the sum of the runs' calls is the number of calls): the arrays
+        -- run locked here: the runs are distinct and their calls add up to the calls (the arrays
         -- come from the gateway, and a call of a run not locked here would escape its owner's
-        -- and its budget's checks.
-        SELECT count(*) = cardinality(v_runs) AND coalesce(sum(l.calls), 0) = cardinality(v_run)
-               AND coalesce(bool_and((l.expires_at IS NULL OR l.expires_at > l.last_now)
-                                     AND l.used_tool_calls + l.calls <= l.max_tool_calls), false),
+        -- and its budget's checks); a call without a time fails the check, never skips it.
+        SELECT count(*) = cardinality(v_runs) AND count(DISTINCT l.id) = count(*)
+               AND coalesce(sum(l.calls), 0) = cardinality(v_run)
+               AND coalesce(bool_and(coalesce(l.timed = l.calls
+                                              AND (l.expires_at IS NULL OR l.expires_at > l.last_now)
+                                              AND l.used_tool_calls + l.calls <= l.max_tool_calls, false)), false),
                array_agg(l.max_repeats ORDER BY l.i), array_agg(l.calls ORDER BY l.i)
           INTO v_common, v_run_max_repeats, v_run_calls
-          FROM (SELECT w.i::integer AS i, g.calls, g.last_now,
+          FROM (SELECT w.i::integer AS i, w.id, g.calls, g.timed, g.last_now,
                        r.max_tool_calls, r.max_repeats, r.used_tool_calls, r.expires_at
                   FROM unnest(v_runs, v_run_tenant, v_run_user) WITH ORDINALITY AS w(id, tenant, owner, i)
-                  JOIN (SELECT c.run, count(*)::integer AS calls, max(c.now) AS last_now
+                  JOIN (SELECT c.run, count(*)::integer AS calls, count(c.now)::integer AS timed, max(c.now) AS last_now
                           FROM unnest(v_run, v_now) AS c(run, now) GROUP BY c.run) AS g ON g.run = w.id
                   -- The owner as IS NOT DISTINCT FROM, which no index serves: with plain
                   -- equalities a generic plan made while runs was small and not analyzed reads
@@ -432,7 +437,8 @@ BEGIN
     END IF;
 
     IF NOT v_common THEN  -- nothing written yet: decided call by call, from the batches' JSON
-        RETURN QUERY SELECT * FROM gateway_admit_calls_one_by_one(p_batches::jsonb, p_contents);
+        RETURN QUERY SELECT * FROM gateway_admit_calls_one_by_one(coalesce(p_batches_jsonb, p_batches::jsonb),
+                                                                  p_contents);
         RETURN;
     END IF;
 
@@ -471,7 +477,11 @@ BEGIN
          WHERE r.id = w.id
     )
     SELECT array_agg(d.repeated),
-           jsonb_agg(v_audit[d.ord] || CASE WHEN d.repeated
+           jsonb_agg(v_audit[d.ord]
+                     -- who and which call as checked under the lock, not as the arrays say
+                     || jsonb_build_object('tenant_id', v_run_tenant[d.run_index], 'user_id', v_run_user[d.run_index],
+                                           'run_id', v_run[d.ord], 'tool_call_id', v_id[d.ord])
+                     || CASE WHEN d.repeated
                                      THEN jsonb_build_object('kind', 'tool_call', 'outcome', 'REPEATED_CALL')
                                      ELSE jsonb_build_object('kind', 'tool_call',
                                                              'outcome', v_result[d.ord]->>'outcome',
