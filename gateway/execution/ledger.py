@@ -8,7 +8,10 @@ Two steps per batch, each one database round trip:
    answer ``TOOL_CALL_ID_CONFLICT`` when it is not; store the outcome of calls the checks rejected; count every other call
    against ``max_tool_calls`` and the repeat limit; create the approval of a call that
    needs one; mark the rest executing. Every outcome decided here is audited in the same
-   transaction (the ``gateway_admit_calls`` function, ``gateway/db/sql/admit_calls.sql``).
+   transaction (``gateway/db/sql/admit_calls.sql``: the common case sent as typed arrays to
+   ``gateway_admit_common_calls``, which falls back to deciding call by call in the same
+   statement; anything the gateway can see is not common sent as JSON to
+   ``gateway_admit_calls``).
 2. ``record``, after the admitted calls ran: store their outcomes (for replays) and their
    audit rows together, in one statement.
 
