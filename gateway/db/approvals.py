@@ -26,21 +26,23 @@ FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
 
 
 def the_approval(approval_id: str, *, tenant_id: str) -> sa.ColumnElement[bool]:
-    """The approval ``approval_id`` when it is the tenant's, found through its primary key alone:
-    the tenant is compared with IS NOT DISTINCT FROM, which no index serves, so no plan looks
-    it up in ``(tenant_id, status, created_at)`` among the tenant's approvals (as ``the_run``)."""
-    return sa.and_(approvals.c.id == approval_id, approvals.c.tenant_id.is_not_distinct_from(tenant_id))
+    """The approval ``approval_id`` when it is the tenant's, by its primary key ``(tenant_id, id)``."""
+    return sa.and_(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id)
+
+
+def _the_approvals_run() -> tuple[sa.ColumnElement[bool], ...]:
+    return runs.c.tenant_id == approvals.c.tenant_id, runs.c.id == approvals.c.run_id
 
 
 _run_expires_at = (
-    sa.select(runs.c.expires_at).where(runs.c.id == approvals.c.run_id).scalar_subquery().label("run_expires_at")
+    sa.select(runs.c.expires_at).where(*_the_approvals_run()).scalar_subquery().label("run_expires_at")
 )
 """Read with each approval: a pending approval of an expired run reads as expired."""
 
 
 def _run_expired(now: datetime) -> sa.ColumnElement[bool]:
     """The approval's run has passed its ``expires_at`` (the rule the ledger applies to new calls)."""
-    return sa.exists().where(runs.c.id == approvals.c.run_id, runs.c.expires_at <= now)
+    return sa.exists().where(*_the_approvals_run(), runs.c.expires_at <= now)
 
 
 async def get_approval(conn: AsyncConnection, *, tenant_id: str, approval_id: str) -> Any | None:
@@ -166,12 +168,17 @@ async def finish(
 
 
 async def store_call_outcome(
-    conn: AsyncConnection, *, run_id: str, tool_call_id: str, outcome: str, content: str, now: datetime
+    conn: AsyncConnection, *, tenant_id: str, run_id: str, tool_call_id: str, outcome: str, content: str,
+    now: datetime,
 ) -> None:
     """The held-back tool call now answers replays with this outcome."""
     await conn.execute(
         sa.update(tool_calls)
-        .where(tool_calls.c.run_id == run_id, tool_calls.c.tool_call_id == tool_call_id)
+        .where(
+            tool_calls.c.tenant_id == tenant_id,
+            tool_calls.c.run_id == run_id,
+            tool_calls.c.tool_call_id == tool_call_id,
+        )
         .values(status="done", outcome=outcome, content=content, finished_at=now)
     )
 

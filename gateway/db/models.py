@@ -82,10 +82,16 @@ class User(Base):
 
 
 class Run(Base):
-    __tablename__ = "runs"
-    __table_args__ = (sa.Index(None, "tenant_id", "user_id", "created_at"),)
+    """A run: its budget and, for an agent run, its loop. Keyed by tenant first, as every table
+    of the hot path (migration 0020): a run id is unique within its tenant."""
 
-    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    __tablename__ = "runs"
+    __table_args__ = (
+        sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_runs"),
+        sa.Index(None, "tenant_id", "user_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(sa.String(40))
     tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
     user_id: Mapped[str] = mapped_column(sa.String(128))
     max_tool_calls: Mapped[int] = mapped_column(sa.Integer)
@@ -113,11 +119,13 @@ class RunMessage(Base):
     """One message of an agent run's history, in the OpenAI chat format, in order."""
 
     __tablename__ = "run_messages"
-
-    run_id: Mapped[str] = mapped_column(
-        sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        sa.PrimaryKeyConstraint("tenant_id", "run_id", "seq", name="pk_run_messages"),
+        sa.ForeignKeyConstraint(["tenant_id", "run_id"], ["runs.tenant_id", "runs.id"], ondelete="CASCADE"),
     )
-    seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+
+    run_id: Mapped[str] = mapped_column(sa.String(40))
+    seq: Mapped[int] = mapped_column(sa.Integer)
     tenant_id: Mapped[str] = mapped_column(sa.String(64))
     message: Mapped[dict[str, Any]] = mapped_column(JsonValue)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
@@ -129,6 +137,7 @@ class RunCallCount(Base):
     __tablename__ = "run_call_counts"
 
     # No foreign keys on the hot path's tables: see migration 0001.
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     run_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     call_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     count: Mapped[int] = mapped_column(sa.Integer)
@@ -139,11 +148,14 @@ class McpTokenRun(Base):
     tenant, user and token (its ``jti``, or the sha256 of the token), expiring with the token."""
 
     __tablename__ = "mcp_token_runs"
+    __table_args__ = (
+        sa.ForeignKeyConstraint(["tenant_id", "run_id"], ["runs.tenant_id", "runs.id"], ondelete="CASCADE"),
+    )
 
     tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     user_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
     token_key: Mapped[str] = mapped_column(sa.String(80), primary_key=True)
-    run_id: Mapped[str] = mapped_column(sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(sa.String(40))
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
@@ -153,9 +165,10 @@ class ToolCall(Base):
     answered from here instead of executing again."""
 
     __tablename__ = "tool_calls"
+    __table_args__ = (sa.PrimaryKeyConstraint("tenant_id", "run_id", "tool_call_id", name="pk_tool_calls"),)
 
-    run_id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
-    tool_call_id: Mapped[str] = mapped_column(sa.String(128), primary_key=True)
+    run_id: Mapped[str] = mapped_column(sa.String(40))
+    tool_call_id: Mapped[str] = mapped_column(sa.String(128))
     tenant_id: Mapped[str] = mapped_column(sa.String(64))
     tool: Mapped[str] = mapped_column(sa.String(128))
     status: Mapped[str] = mapped_column(sa.String(16))
@@ -173,13 +186,15 @@ class ToolCall(Base):
 class Approval(Base):
     __tablename__ = "approvals"
     __table_args__ = (
-        sa.UniqueConstraint("run_id", "tool_call_id"),
+        sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_approvals"),
+        sa.UniqueConstraint("tenant_id", "run_id", "tool_call_id"),
+        sa.ForeignKeyConstraint(["tenant_id", "run_id"], ["runs.tenant_id", "runs.id"], ondelete="CASCADE"),
         sa.Index(None, "tenant_id", "status", "created_at"),
     )
 
-    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    id: Mapped[str] = mapped_column(sa.String(40))
     tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
-    run_id: Mapped[str] = mapped_column(sa.String(40), sa.ForeignKey("runs.id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(sa.String(40))
     tool_call_id: Mapped[str] = mapped_column(sa.String(128))
     requester_id: Mapped[str] = mapped_column(sa.String(128))
     requester_roles: Mapped[list[str]] = mapped_column(JsonValue)

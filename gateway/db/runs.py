@@ -18,19 +18,21 @@ runs = Run.__table__
 def the_run(run_id: str, *, tenant_id: str, user_id: str) -> sa.ColumnElement[bool]:
     """The run ``run_id`` when it is this user's of this tenant.
 
-    Found through the primary key alone: the owner is compared with IS NOT DISTINCT FROM, which
-    no index serves. With plain equalities a plan made while the table was small could look the
-    run up in ``(tenant_id, user_id, created_at)``, reading every older run of the owner first
-    (migration 0017). The columns are NOT NULL, so a NULL argument matches nothing, as with ``=``."""
+    Found through the primary key ``(tenant_id, id)``; the user is compared with IS NOT DISTINCT
+    FROM, which no index serves. With a plain equality a plan made while the table was small
+    could look the run up in ``(tenant_id, user_id, created_at)``, reading every older run of the
+    owner first (migration 0017). The columns are NOT NULL, so a NULL argument matches nothing,
+    as with ``=``."""
     return sa.and_(
+        runs.c.tenant_id == tenant_id,
         runs.c.id == run_id,
-        sa.tuple_(runs.c.tenant_id, runs.c.user_id).is_not_distinct_from(sa.tuple_(tenant_id, user_id)),
+        runs.c.user_id.is_not_distinct_from(user_id),
     )
 
 
 def the_tenants_run(run_id: str, *, tenant_id: str) -> sa.ColumnElement[bool]:
-    """The run ``run_id`` when it is this tenant's, whoever started it; by key, as ``the_run``."""
-    return sa.and_(runs.c.id == run_id, runs.c.tenant_id.is_not_distinct_from(tenant_id))
+    """The run ``run_id`` when it is this tenant's, whoever started it; by its primary key."""
+    return sa.and_(runs.c.tenant_id == tenant_id, runs.c.id == run_id)
 
 
 def new_run_id() -> str:

@@ -160,7 +160,7 @@ class ApprovalService:
                 now=now,
             ):
                 await q.store_call_outcome(
-                    conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
+                    conn, tenant_id=row.tenant_id, run_id=row.run_id, tool_call_id=row.tool_call_id,
                     outcome=ErrorCode.APPROVAL_REJECTED.value, content=content, now=now,
                 )
             else:
@@ -181,7 +181,7 @@ class ApprovalService:
         )
         if expired is not None:
             await q.store_call_outcome(
-                conn, run_id=row.run_id, tool_call_id=row.tool_call_id,
+                conn, tenant_id=row.tenant_id, run_id=row.run_id, tool_call_id=row.tool_call_id,
                 outcome=expired, content=_EXPIRY_CONTENTS[expired], now=now,
             )
             self._metrics.approval_decided("expired")
@@ -250,7 +250,7 @@ class ApprovalService:
             outcome=outcome.outcome, content=outcome.content, now=now,
         )
         await q.store_call_outcome(
-            conn, run_id=row.run_id, tool_call_id=row.tool_call_id, outcome=outcome.outcome,
+            conn, tenant_id=row.tenant_id, run_id=row.run_id, tool_call_id=row.tool_call_id, outcome=outcome.outcome,
             content=outcome.content, now=now,
         )
         await self._audit(

@@ -216,8 +216,9 @@ class PostgresLedger(Ledger):
         await self._records.close()
 
     async def _admit_many(self, conn: Any, items: Sequence[_AdmitItem]) -> list[list[Admission] | None]:
-        # Runs are locked in the order given: sorting by run id keeps every statement's order the same.
-        order = sorted(range(len(items)), key=lambda i: items[i].run_id)
+        # Runs are locked in the order given: sorting by run id keeps every statement's order the
+        # same (the tenant breaks ties: a run's key is its tenant and id, and ids are unique per tenant).
+        order = sorted(range(len(items)), key=lambda i: (items[i].run_id, items[i].principal.tenant_id))
         batches = [
             {
                 # Every time rule of the batch is decided at the time its request was given.

@@ -123,7 +123,8 @@ class TransactionalCalls:
         async def record(conn: AsyncConnection, outcome: CallOutcome) -> None:
             now = datetime.now(UTC)
             await q.store_call_outcome(
-                conn, run_id=run_id, tool_call_id=plan.id, outcome=outcome.outcome, content=outcome.content, now=now
+                conn, tenant_id=principal.tenant_id, run_id=run_id, tool_call_id=plan.id, outcome=outcome.outcome,
+                content=outcome.content, now=now,
             )
             await append_audit(
                 conn,

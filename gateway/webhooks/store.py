@@ -170,11 +170,14 @@ async def record_failed(
 _EXPIRE_DUE_APPROVALS = sa.text(
     """
     WITH due AS (
-        SELECT a.id,
-               EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id AND r.expires_at <= :now) AS run_expired
+        SELECT a.tenant_id, a.id,
+               EXISTS (SELECT 1 FROM runs r
+                        WHERE r.tenant_id = a.tenant_id AND r.id = a.run_id AND r.expires_at <= :now) AS run_expired
           FROM approvals a
          WHERE a.status = 'pending'
-           AND (a.expires_at <= :now OR EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id AND r.expires_at <= :now))
+           AND (a.expires_at <= :now
+                OR EXISTS (SELECT 1 FROM runs r
+                            WHERE r.tenant_id = a.tenant_id AND r.id = a.run_id AND r.expires_at <= :now))
            AND EXISTS (SELECT 1 FROM webhook_subscriptions s
                         WHERE s.tenant_id = a.tenant_id AND s.events ? 'approval.expired')
          LIMIT :limit
@@ -186,13 +189,13 @@ _EXPIRE_DUE_APPROVALS = sa.text(
                outcome_content = CASE WHEN due.run_expired THEN :run_expired_content ELSE :approval_expired_content END,
                finished_at = :now
           FROM due
-         WHERE a.id = due.id AND a.status = 'pending'
-        RETURNING a.run_id, a.tool_call_id, a.outcome, a.outcome_content
+         WHERE a.tenant_id = due.tenant_id AND a.id = due.id AND a.status = 'pending'
+        RETURNING a.tenant_id, a.run_id, a.tool_call_id, a.outcome, a.outcome_content
     )
     UPDATE tool_calls AS t
        SET status = 'done', outcome = e.outcome, content = e.outcome_content, finished_at = :now
       FROM expired AS e
-     WHERE t.run_id = e.run_id AND t.tool_call_id = e.tool_call_id
+     WHERE t.tenant_id = e.tenant_id AND t.run_id = e.run_id AND t.tool_call_id = e.tool_call_id
     RETURNING t.run_id
     """
 )

@@ -1,5 +1,6 @@
-"""Lookups of one run or approval by id name the owner in a form no index serves, so that the
-primary key is the only way in, whatever plan a session keeps (migration 0017)."""
+"""Lookups of one run or approval by id go through the primary key ``(tenant_id, id)``
+(migration 0020); the user who must own a run is compared in a form no index serves, so that
+the key is the only way in, whatever plan a session keeps (migration 0017)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,19 @@ def sql(table: sa.Table, condition: sa.ColumnElement[bool]) -> str:
     return str(statement.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
 
 
-def test_a_run_of_a_user_is_found_by_id_and_owned_through_a_filter():
+def test_a_run_of_a_user_is_found_by_its_key_and_owned_through_a_filter():
     text = sql(runs, the_run("run_1", tenant_id="acme", user_id="alice"))
-    assert "runs.id = 'run_1'" in text
-    assert "(runs.tenant_id, runs.user_id) IS NOT DISTINCT FROM ('acme', 'alice')" in text
-    assert "runs.tenant_id =" not in text and "runs.user_id =" not in text
+    assert "runs.tenant_id = 'acme'" in text and "runs.id = 'run_1'" in text
+    assert "runs.user_id IS NOT DISTINCT FROM 'alice'" in text
+    assert "runs.user_id =" not in text
 
 
-def test_a_run_of_a_tenant_is_found_by_id_and_owned_through_a_filter():
+def test_a_run_of_a_tenant_is_found_by_its_key():
     text = sql(runs, the_tenants_run("run_1", tenant_id="acme"))
-    assert "runs.id = 'run_1'" in text
-    assert "runs.tenant_id IS NOT DISTINCT FROM 'acme'" in text
+    assert "runs.tenant_id = 'acme'" in text and "runs.id = 'run_1'" in text
     assert "user_id" not in text.split("WHERE", 1)[1]
 
 
-def test_an_approval_is_found_by_id_and_owned_through_a_filter():
+def test_an_approval_is_found_by_its_key():
     text = sql(approvals, the_approval("apr_1", tenant_id="acme"))
-    assert "approvals.id = 'apr_1'" in text
-    assert "approvals.tenant_id IS NOT DISTINCT FROM 'acme'" in text
+    assert "approvals.tenant_id = 'acme'" in text and "approvals.id = 'apr_1'" in text

@@ -71,7 +71,7 @@ DECLARE
     v_durable boolean := false;
 BEGIN
     o_batch := -1;
-    -- The caller sorts the batches by run id, so concurrent statements lock runs in one order.
+    -- The caller sorts the batches by run id and tenant, so concurrent statements lock runs in one order.
     FOR v_batch IN SELECT value FROM jsonb_array_elements(p_batches) LOOP
         o_batch := o_batch + 1;
         v_batch_audit := v_batch->'audit';
@@ -81,10 +81,10 @@ BEGIN
         v_now := (v_batch_audit->>'created_at')::timestamptz;
         v_stale_before := (v_batch->>'stale_before')::timestamptz;
 
-        -- By id alone through the primary key; the owner is a filter that no index can serve
-        -- (see gateway_admit_calls).
+        -- Through the primary key (tenant_id, id); the user is a filter that no index can serve
+        -- (see gateway_admit_common_calls).
         SELECT r.max_tool_calls, r.max_repeats, r.used_tool_calls, r.expires_at INTO v_run FROM runs r
-         WHERE r.id = v_run_id AND (r.tenant_id, r.user_id) IS NOT DISTINCT FROM (v_tenant_id, v_user_id)
+         WHERE r.tenant_id = v_tenant_id AND r.id = v_run_id AND r.user_id IS NOT DISTINCT FROM v_user_id
            FOR UPDATE;
         IF NOT FOUND THEN
             o_tool_call_id := NULL;
@@ -117,9 +117,10 @@ BEGIN
             VALUES (v_run_id, v_id, v_tenant_id, v_tool, v_args_sha256,
                     CASE WHEN v_result IS NULL THEN 'executing' ELSE 'done' END, v_now,
                     v_result->>'outcome', v_result->>'content', CASE WHEN v_result IS NOT NULL THEN v_now END)
-            ON CONFLICT (run_id, tool_call_id) DO NOTHING;
+            ON CONFLICT ON CONSTRAINT pk_tool_calls DO NOTHING;
             IF NOT FOUND THEN
-                SELECT * INTO v_existing FROM tool_calls t WHERE t.run_id = v_run_id AND t.tool_call_id = v_id;
+                SELECT * INTO v_existing FROM tool_calls t
+                 WHERE t.tenant_id = v_tenant_id AND t.run_id = v_run_id AND t.tool_call_id = v_id;
                 IF v_existing.tool IS DISTINCT FROM v_tool
                    OR v_existing.arguments_sha256 IS DISTINCT FROM v_args_sha256 THEN
                     -- The id names another call: never answer it with that call's outcome, and run nothing.
@@ -141,7 +142,7 @@ BEGIN
                     IF v_existing.approval_id IS NOT NULL THEN
                         SELECT a.status, a.expires_at, a.decided_at
                           INTO v_approval_status, v_approval_expires, v_approval_decided
-                          FROM approvals a WHERE a.id = v_existing.approval_id;
+                          FROM approvals a WHERE a.tenant_id = v_tenant_id AND a.id = v_existing.approval_id;
                         o_approval_status := v_approval_status;
                         o_outcome := CASE
                             WHEN v_approval_status = 'pending' AND v_approval_expires > v_now THEN 'APPROVAL_REQUIRED'
@@ -172,15 +173,15 @@ BEGIN
                     v_code := 'BUDGET_EXCEEDED';
                 ELSE
                     v_used := v_used + 1;
-                    INSERT INTO run_call_counts AS c (run_id, call_hash, count)
-                    VALUES (v_run_id, v_call->>'call_hash', 1)
-                    ON CONFLICT (run_id, call_hash) DO UPDATE SET count = c.count + 1
+                    INSERT INTO run_call_counts AS c (tenant_id, run_id, call_hash, count)
+                    VALUES (v_tenant_id, v_run_id, v_call->>'call_hash', 1)
+                    ON CONFLICT ON CONSTRAINT pk_run_call_counts DO UPDATE SET count = c.count + 1
                     RETURNING c.count INTO v_count;
                     v_tool_count := 0;
                     IF v_call->>'tool_cap' IS NOT NULL THEN
-                        INSERT INTO run_call_counts AS c (run_id, call_hash, count)
-                        VALUES (v_run_id, 'tool:' || v_tool, 1)
-                        ON CONFLICT (run_id, call_hash) DO UPDATE SET count = c.count + 1
+                        INSERT INTO run_call_counts AS c (tenant_id, run_id, call_hash, count)
+                        VALUES (v_tenant_id, v_run_id, 'tool:' || v_tool, 1)
+                        ON CONFLICT ON CONSTRAINT pk_run_call_counts DO UPDATE SET count = c.count + 1
                         RETURNING c.count INTO v_tool_count;
                     END IF;
                     IF v_call->>'tool_cap' IS NOT NULL AND v_tool_count > (v_call->>'tool_cap')::integer THEN
@@ -199,7 +200,7 @@ BEGIN
                         -- Clears an outcome that came with the call: a call waiting for approval has none.
                         UPDATE tool_calls SET status = 'approval', approval_id = o_approval_id, outcome = NULL,
                                               content = NULL, finished_at = NULL
-                         WHERE run_id = v_run_id AND tool_call_id = v_id;
+                         WHERE tenant_id = v_tenant_id AND run_id = v_run_id AND tool_call_id = v_id;
                         o_decision := 'decided';
                         o_outcome := 'APPROVAL_REQUIRED';
                         o_approval_status := 'pending';
@@ -232,7 +233,7 @@ BEGIN
             END IF;
 
             UPDATE tool_calls SET status = 'done', outcome = v_code, content = o_content, finished_at = v_now
-             WHERE run_id = v_run_id AND tool_call_id = v_id;
+             WHERE tenant_id = v_tenant_id AND run_id = v_run_id AND tool_call_id = v_id;
             o_decision := 'decided';
             o_outcome := v_code;
             v_audit := array_append(v_audit, v_call_audit || jsonb_build_object(
@@ -241,7 +242,7 @@ BEGIN
         END LOOP;
 
         IF v_used <> v_run.used_tool_calls THEN
-            UPDATE runs SET used_tool_calls = v_used WHERE id = v_run_id;
+            UPDATE runs SET used_tool_calls = v_used WHERE tenant_id = v_tenant_id AND id = v_run_id;
         END IF;
     END LOOP;
     IF cardinality(v_audit) > 0 THEN
@@ -266,10 +267,11 @@ $fn$;
 -- JSON into arrays and, when the arrays show the common case, hands them to
 -- gateway_admit_common_calls (below), which the gateway also calls directly.
 --
--- Runs are locked in the order of the batches (the caller's, by run id), as the loop locks them,
--- and only then is tool_calls read: the rows of a run in tool_calls and run_call_counts are
--- written only under its lock, so what is read is what the loop would find. Every table is read
--- through its primary key: sequential scans, hash and merge joins are off (as in
+-- Runs are locked in the order of the batches (the caller's, by run id and tenant), as the
+-- loop locks them, and only then is tool_calls read: the rows of a run in tool_calls and
+-- run_call_counts are written only under its lock, so what is read is what the loop would find.
+-- Every table is read through its primary key, which leads with the tenant (migration 0020):
+-- sequential scans, hash and merge joins are off (as in
 -- record_calls.sql), and plans are generic, so that a plan made once fits every statement. A
 -- session keeps its plans: one made while runs held a few rows (a new install) would otherwise
 -- scan runs at every statement of that connection as the table grows.
@@ -417,21 +419,23 @@ BEGIN
                   FROM unnest(v_runs, v_run_tenant, v_run_user) WITH ORDINALITY AS w(id, tenant, owner, i)
                   JOIN (SELECT c.run, count(*)::integer AS calls, count(c.now)::integer AS timed, max(c.now) AS last_now
                           FROM unnest(v_run, v_now) AS c(run, now) GROUP BY c.run) AS g ON g.run = w.id
-                  -- The owner as IS NOT DISTINCT FROM, which no index serves: with plain
-                  -- equalities a generic plan made while runs was small and not analyzed reads
-                  -- the runs through (tenant_id, user_id, created_at): at each lookup, the
-                  -- user's runs in order of creation up to the one it wants. (Both sides are
-                  -- never NULL: runs' columns are NOT NULL, and a batch naming no owner is not
-                  -- common.)
-                  JOIN runs r ON r.id = w.id AND (r.tenant_id, r.user_id) IS NOT DISTINCT FROM (w.tenant, w.owner)
+                  -- Through the primary key (tenant_id, id); the user as IS NOT DISTINCT FROM,
+                  -- which no index serves: with plain equalities a generic plan made while runs
+                  -- was small and not analyzed could read the runs through (tenant_id, user_id,
+                  -- created_at): at each lookup, the user's runs in order of creation up to the
+                  -- one it wants. (Both sides are never NULL: runs' columns are NOT NULL, and a
+                  -- batch naming no owner is not common.)
+                  JOIN runs r ON r.tenant_id = w.tenant AND r.id = w.id AND r.user_id IS NOT DISTINCT FROM w.owner
                  ORDER BY w.i
                    FOR UPDATE OF r) AS l;
     END IF;
 
     IF v_common THEN
         -- Under the locks: no id is known to its run.
+        -- (Every call is of a run locked above, so its tenant is that run's.)
         SELECT NOT coalesce(bool_or(EXISTS (SELECT FROM tool_calls t
-                                             WHERE t.run_id = c.run AND t.tool_call_id = c.id)), false)
+                                             WHERE t.tenant_id = v_run_tenant[array_position(v_runs, c.run)]
+                                               AND t.run_id = c.run AND t.tool_call_id = c.id)), false)
           INTO v_common
           FROM unnest(v_run, v_id) AS c(run, id);
     END IF;
@@ -450,13 +454,16 @@ BEGIN
     -- the upsert's RETURNING instead joined two sets without an index, hash and merge joins
     -- being off: a nested loop, its cost growing with the square of the statement's calls.)
     WITH counted AS (
-        INSERT INTO run_call_counts AS rc (run_id, call_hash, count)
-        SELECT c.run, c.call_hash, count(*) FROM unnest(v_run, v_call_hash) AS c(run, call_hash)
+        INSERT INTO run_call_counts AS rc (tenant_id, run_id, call_hash, count)
+        SELECT v_run_tenant[array_position(v_runs, c.run)], c.run, c.call_hash, count(*)
+          FROM unnest(v_run, v_call_hash) AS c(run, call_hash)
          GROUP BY c.run, c.call_hash
-            ON CONFLICT (run_id, call_hash) DO UPDATE SET count = rc.count + excluded.count
+            ON CONFLICT ON CONSTRAINT pk_run_call_counts DO UPDATE SET count = rc.count + excluded.count
     ), decided AS MATERIALIZED (
         SELECT c.ord::integer AS ord, c.run_index,
-               coalesce((SELECT k.count FROM run_call_counts k WHERE k.run_id = c.run AND k.call_hash = c.call_hash), 0)
+               coalesce((SELECT k.count FROM run_call_counts k
+                          WHERE k.tenant_id = v_run_tenant[c.run_index] AND k.run_id = c.run
+                            AND k.call_hash = c.call_hash), 0)
                + row_number() OVER (PARTITION BY c.run, c.call_hash ORDER BY c.ord)
                    > v_run_max_repeats[c.run_index] AS repeated
           FROM (SELECT u.*, array_position(v_runs, u.run) AS run_index
@@ -473,8 +480,8 @@ BEGIN
           FROM decided d
     ), used AS (
         UPDATE runs r SET used_tool_calls = r.used_tool_calls + w.calls
-          FROM unnest(v_runs, v_run_calls) AS w(id, calls)
-         WHERE r.id = w.id
+          FROM unnest(v_runs, v_run_tenant, v_run_calls) AS w(id, tenant, calls)
+         WHERE r.tenant_id = w.tenant AND r.id = w.id
     )
     SELECT array_agg(d.repeated),
            jsonb_agg(v_audit[d.ord]

@@ -1,0 +1,186 @@
+"""The hot path's tables are keyed by tenant first (migration 0020): every key and index of
+theirs leads with ``tenant_id``, a row cannot name another tenant's run, and a run id is one
+tenant's only, so two tenants' runs that share an id are admitted, counted and recorded each
+against its own. PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from sqlalchemy.exc import IntegrityError
+
+from gateway.auth.principal import Principal
+from gateway.db.migrate import alembic_config, check_models_match
+from gateway.db.models import Run, RunCallCount, ToolCall
+from gateway.execution.ledger import FinishedCall
+from gateway.execution.runner import OK
+from tests.integration.test_admission_paths import (
+    ALICE,
+    APPROVAL_TTL,
+    STALE_AFTER,
+    START,
+    Call,
+    PathLedger,
+    Request,
+    item_of,
+    plan_of,
+)
+from tests.support import db as support
+
+HOT_PATH_TABLES = (
+    "runs", "tool_calls", "run_call_counts", "approvals", "run_messages", "mcp_token_runs",
+    "audit_events", "audit_links", "audit_chains", "tool_policies", "rate_limit_buckets", "rate_limit_overrides",
+    "roles", "role_permissions", "users",
+)
+ACROSS_TENANTS = {"ix_audit_events_txid_id"}
+"""The sealer's work list: the order in which transactions wrote audit rows, across tenants."""
+
+INDEXES = """
+SELECT c.relname AS table_name, i.relname AS index_name, a.attname AS first_column
+  FROM pg_index x
+  JOIN pg_class c ON c.oid = x.indrelid
+  JOIN pg_class i ON i.oid = x.indexrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = x.indkey[0]
+ WHERE n.nspname = 'public' AND c.relname = ANY(:tables)
+"""
+
+GLOBEX_ALICE = Principal("globex", "alice", frozenset({"editor"}), frozenset({"calculator:use", "articles:write"}))
+"""Another tenant's user with the same user id as ALICE."""
+
+
+async def test_every_key_and_index_of_the_hot_path_leads_with_the_tenant(pg_url):
+    indexes = await support.rows(pg_url, sa.text(INDEXES).bindparams(tables=list(HOT_PATH_TABLES)))
+    assert {row.table_name for row in indexes} == set(HOT_PATH_TABLES)
+    not_by_tenant = {row.index_name for row in indexes if row.first_column != "tenant_id"}
+    assert not_by_tenant == ACROSS_TENANTS
+
+
+async def _two_tenants(url: str) -> None:
+    await support.execute(url, sa.text(
+        "INSERT INTO tenants (id, name, created_at) VALUES ('acme', 'Acme', now()), ('globex', 'Globex', now())"
+    ))
+
+
+@pytest.mark.parametrize("statement", [
+    "INSERT INTO run_messages (tenant_id, run_id, seq, message, created_at) "
+    "VALUES ('globex', 'run_a', 0, '{}', now())",
+    "INSERT INTO approvals (id, tenant_id, run_id, tool_call_id, requester_id, requester_roles, tool, "
+    "canonical_arguments, arguments_sha256, status, created_at, expires_at) "
+    "VALUES ('apr_x', 'globex', 'run_a', 'c1', 'alice', '[]', 'create_article', '{}', 'h', 'pending', now(), now())",
+    "INSERT INTO mcp_token_runs (tenant_id, user_id, token_key, run_id, expires_at, created_at) "
+    "VALUES ('globex', 'alice', 'k', 'run_a', now(), now())",
+], ids=["run_messages", "approvals", "mcp_token_runs"])
+async def test_a_row_cannot_name_another_tenants_run(pg_url, statement):
+    await _two_tenants(pg_url)
+    await support.execute(pg_url, sa.text(
+        "INSERT INTO runs (id, tenant_id, user_id, max_tool_calls, max_repeats, created_at) "
+        "VALUES ('run_a', 'acme', 'alice', 10, 3, now())"
+    ))
+    with pytest.raises(IntegrityError, match="foreign key"):
+        await support.execute(pg_url, sa.text(statement))
+
+
+async def test_two_tenants_runs_sharing_an_id_are_each_admitted_against_their_own(db):
+    run_id = "run_" + uuid.uuid4().hex
+    async with db.begin() as conn:
+        for tenant, budget in (("acme", 1), ("globex", 5)):
+            await conn.execute(sa.insert(Run).values(
+                id=run_id, tenant_id=tenant, user_id="alice", max_tool_calls=budget, max_repeats=5,
+                used_tool_calls=0, created_at=START,
+            ))
+    ledger = PathLedger(db, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER)
+    same_ids = (Call("c1"), Call("c2", arguments='{"a": 2, "b": 2}'))
+    try:
+        async with db.driver() as conn:
+            # One statement: both tenants' batches name the run id and the same call ids.
+            acme, globex = await ledger._admit_many(conn, [
+                item_of(Request(0, same_ids, principal=ALICE), run_id),
+                item_of(Request(0, same_ids, principal=GLOBEX_ALICE), run_id),
+            ])
+        finished = [FinishedCall(plan_of(call, GLOBEX_ALICE), OK, f'{{"from":"{call.id}"}}', 0.5) for call in same_ids]
+        await ledger.record(GLOBEX_ALICE, run_id, finished, request_id="req_rec", now=START)
+    finally:
+        await ledger.close()
+
+    assert acme is not None and globex is not None
+    # A run id with two owners is never the common case: the batches go as JSON, call by call.
+    assert ledger.went_as_json == [True] and ledger.went_call_by_call == [True]
+    # acme's run had budget for one call, globex's for five: neither saw the other's calls.
+    assert [(a.tool_call_id, a.decision, a.outcome) for a in acme] == [
+        ("c1", "execute", None), ("c2", "decided", "BUDGET_EXCEEDED"),
+    ]
+    assert [(a.tool_call_id, a.decision) for a in globex] == [("c1", "execute"), ("c2", "execute")]
+    async with db.connect() as conn:
+        used = dict((await conn.execute(
+            sa.select(Run.tenant_id, Run.used_tool_calls).where(Run.id == run_id))).all())
+        calls = (await conn.execute(
+            sa.select(ToolCall.tenant_id, ToolCall.tool_call_id, ToolCall.status, ToolCall.content)
+            .where(ToolCall.run_id == run_id).order_by(ToolCall.tenant_id, ToolCall.tool_call_id))).all()
+        counted = dict((await conn.execute(
+            sa.select(RunCallCount.tenant_id, sa.func.sum(RunCallCount.count))
+            .where(RunCallCount.run_id == run_id).group_by(RunCallCount.tenant_id))).all())
+    assert used == {"acme": 1, "globex": 2}
+    assert counted == {"acme": 1, "globex": 2}
+    # globex's record reached its own calls only; acme's executing call is still its own.
+    assert [tuple(row) for row in calls] == [
+        ("acme", "c1", "executing", None),
+        ("acme", "c2", "done", calls[1].content),
+        ("globex", "c1", "done", '{"from":"c1"}'),
+        ("globex", "c2", "done", '{"from":"c2"}'),
+    ]
+    assert "BUDGET_EXCEEDED" in calls[1].content
+
+
+LEGACY = """
+INSERT INTO tenants (id, name, created_at) VALUES ('acme', 'Acme', now()), ('globex', 'Globex', now());
+INSERT INTO runs (id, tenant_id, user_id, max_tool_calls, max_repeats, used_tool_calls, created_at)
+    VALUES ('run_1', 'acme', 'alice', 10, 3, 2, now()), ('run_2', 'globex', 'bob', 10, 3, 1, now());
+INSERT INTO run_call_counts (run_id, call_hash, count)
+    VALUES ('run_1', 'h1', 2), ('run_2', 'h1', 1), ('run_gone', 'h1', 4);
+INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, status, created_at)
+    VALUES ('run_1', 'c1', 'acme', 'add', 'done', now()), ('run_2', 'c1', 'globex', 'add', 'executing', now());
+INSERT INTO run_messages (run_id, seq, tenant_id, message, created_at) VALUES ('run_1', 0, 'acme', '{}', now())
+"""
+
+
+async def test_upgrading_fills_each_count_with_its_runs_tenant_and_drops_counts_of_no_run(pg_url):
+    config = alembic_config(pg_url)
+    await asyncio.to_thread(command.downgrade, config, "0019")
+    for statement in LEGACY.split(";"):
+        await support.execute(pg_url, sa.text(statement))
+
+    await asyncio.to_thread(command.upgrade, config, "head")
+
+    counts = await support.rows(pg_url, sa.text(
+        "SELECT tenant_id, run_id, count FROM run_call_counts ORDER BY run_id"))
+    assert [tuple(row) for row in counts] == [("acme", "run_1", 2), ("globex", "run_2", 1)]
+    calls = await support.rows(pg_url, sa.text("SELECT tenant_id, run_id FROM tool_calls ORDER BY run_id"))
+    assert [tuple(row) for row in calls] == [("acme", "run_1"), ("globex", "run_2")]
+    await asyncio.to_thread(check_models_match, pg_url)
+
+
+async def test_the_functions_still_admit_after_a_downgrade(pg_url):
+    # Downgrade restores 0019's keys and leaves 0020's functions, which must work on them.
+    await _two_tenants(pg_url)
+    await asyncio.to_thread(command.downgrade, alembic_config(pg_url), "0019")
+    run_id = "run_" + uuid.uuid4().hex
+    await support.execute(pg_url, sa.text(
+        "INSERT INTO runs (id, tenant_id, user_id, max_tool_calls, max_repeats, created_at) "
+        f"VALUES ('{run_id}', 'acme', 'alice', 10, 1, now())"
+    ))
+    async with support.open_database(pg_url) as database:
+        ledger = PathLedger(database, approval_ttl=APPROVAL_TTL, stale_after=STALE_AFTER)
+        try:
+            async with database.driver() as conn:
+                (first,) = await ledger._admit_many(conn, [item_of(Request(0, (Call("c1"), Call("c2"))), run_id)])
+                (again,) = await ledger._admit_many(conn, [item_of(Request(0, (Call("c1"),)), run_id)])
+        finally:
+            await ledger.close()
+    assert first is not None and again is not None
+    assert [(a.decision, a.outcome) for a in first] == [("execute", None), ("decided", "REPEATED_CALL")]
+    assert [(a.decision, a.outcome) for a in again] == [("replay", "TOOL_CALL_IN_PROGRESS")]
