@@ -26,7 +26,13 @@ FINAL_STATUSES = ("succeeded", "failed", "rejected", "expired")
 
 
 def the_approval(approval_id: str, *, tenant_id: str) -> sa.ColumnElement[bool]:
-    """The approval ``approval_id`` when it is the tenant's, by its primary key ``(tenant_id, id)``."""
+    """The approval ``approval_id`` when it is the tenant's, by its primary key ``(tenant_id, id)``.
+
+    Two more indexes lead with ``tenant_id``. While the table has no statistics (a new install,
+    before autoanalyze), the planner costs them alike for a lookup by id and may keep a plan that
+    reads the tenant's approvals through one of them; once it has statistics it takes the
+    primary key (``tests/integration/test_tenant_keys.py``). Approvals move at a person's pace,
+    and autoanalyze comes after the first fifty."""
     return sa.and_(approvals.c.tenant_id == tenant_id, approvals.c.id == approval_id)
 
 

@@ -44,9 +44,10 @@ from gateway.tools.registry import ToolRegistry
 log = structlog.get_logger("gateway.approvals")
 
 
-def idempotency_key_for(approval_id: str) -> str:
-    """Sent to services that honour one, so a retried execution cannot apply twice."""
-    return hashlib.sha256(b"gateway-approval:" + approval_id.encode()).hexdigest()
+def idempotency_key_for(tenant_id: str, approval_id: str) -> str:
+    """Sent to services that honour one, so a retried execution cannot apply twice. An
+    approval id is unique within its tenant only (migration 0020): the tenant is part of it."""
+    return hashlib.sha256(f"gateway-approval:{tenant_id}:{approval_id}".encode()).hexdigest()
 
 
 _EXPIRY_CONTENTS = {code.value: error_content(code) for code in (ErrorCode.RUN_EXPIRED, ErrorCode.APPROVAL_EXPIRED)}
@@ -212,7 +213,7 @@ class ApprovalService:
                 tool_call_id=row.tool_call_id,
                 request_id=request_id,
                 record=record,
-                idempotency_key=idempotency_key_for(row.id),
+                idempotency_key=idempotency_key_for(row.tenant_id, row.id),
                 log_fields={"approval_id": row.id},
             )
         log.info(

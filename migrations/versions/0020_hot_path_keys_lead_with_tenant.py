@@ -18,7 +18,13 @@ dropped: no run can read them.
 Downgrade restores the keys of 0019 and leaves the functions applied here, which work on both:
 they name the keys of their upserts by constraint (``pk_tool_calls``, ``pk_run_call_counts``:
 the same names before and after) and their lookups by tenant are served by the older keys too.
-``run_call_counts.tenant_id`` stays, nullable, since those functions write it.
+``run_call_counts.tenant_id`` stays, nullable, since those functions write it. Downgrading
+fails once two tenants have runs (or approvals) of one id, which 0020 allows.
+
+Upgrading rebuilds five primary keys and checks three foreign keys in one transaction,
+holding their tables' locks: the release before it cannot admit calls meanwhile, and once it
+is done that release's lookups by id alone no longer have an index. Stop the old release
+before running it (docs/operations.md).
 
 Revision ID: 0020
 Revises: 0019

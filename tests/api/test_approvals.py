@@ -165,7 +165,7 @@ async def test_the_frozen_call_executes_exactly_once(client, probe):
         assert content == {"ok": True, "result": {"written": "hello"}}
     assert_error(await approve(client, approval_id), 409, "ALREADY_DECIDED")
     assert probe.executions == {"call_1": 1}
-    assert probe.callers == [("acme", "bob", idempotency_key_for(approval_id))]
+    assert probe.callers == [("acme", "bob", idempotency_key_for("acme", approval_id))]
 
 
 async def test_approving_twice_is_already_decided(client, database_url, pending):

@@ -206,6 +206,6 @@ async def test_approving_an_http_tools_call_from_the_terminal_calls_its_service_
     assert view["status"] == "succeeded" and view["outcome"]["result"]["owner"] == "bob"
     assert env.service.applied_changes == changes + 1
     arrived = next(r for r in reversed(env.service.seen) if r.raw_path == "/api/orders")
-    assert arrived.headers["idempotency-key"] == idempotency_key_for(approval_id)
+    assert arrived.headers["idempotency-key"] == idempotency_key_for("acme", approval_id)
     (claims,) = [c for c in env.service.claims if c["tool_call_id"] == asked["_call_id"]]
     assert claims["sub"] == "bob"

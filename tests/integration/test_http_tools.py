@@ -315,7 +315,7 @@ async def test_mutating_tool_runs_once_approved_as_the_requester_with_an_idempot
     (claims,) = seen_by(env.service, asked["_call_id"])
     assert claims["sub"] == "bob"  # the requester, not carol who approved
     arrived = next(r for r in reversed(env.service.seen) if r.raw_path == "/api/orders")
-    assert arrived.headers["idempotency-key"] == idempotency_key_for(approval_id)
+    assert arrived.headers["idempotency-key"] == idempotency_key_for("acme", approval_id)
     assert env.service.applied_changes == changes + 1
 
     # The model asking again for the same call gets the stored outcome.
@@ -363,7 +363,7 @@ async def test_retried_execution_of_an_approved_call_applies_once(env: HttpEnv, 
     ctx = ToolContext(
         principal=bob, run_id=asked["_run"], tool_call_id=asked["_call_id"], request_id="req-retry",
         db=None,  # type: ignore[arg-type]  # an HTTP tool never touches the gateway's database
-        idempotency_key=idempotency_key_for(approval_id),
+        idempotency_key=idempotency_key_for("acme", approval_id),
     )
     transport = service_transport(limits=httpx.Limits(max_connections=10, max_keepalive_connections=10))
     async with httpx.AsyncClient(transport=transport, timeout=10) as client:

@@ -216,7 +216,7 @@ async def test_destructive_tool_needs_an_approval_and_runs_exactly_once(env: Env
     assert len(env.notes.writes) == before + 1
     write = env.notes.writes[-1]
     assert write["sub"] == "bob"  # the requester, not carol who approved
-    assert write["idempotency_key"] == idempotency_key_for(approval_id)
+    assert write["idempotency_key"] == idempotency_key_for("acme", approval_id)
 
     again = await gw.client.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol"))
     assert again.status_code == 409

@@ -15,7 +15,8 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.auth.principal import Principal
 from gateway.db.migrate import alembic_config, check_models_match
-from gateway.db.models import Run, RunCallCount, ToolCall
+from gateway.db.approvals import get_approval
+from gateway.db.models import Approval, Run, RunCallCount, ToolCall
 from gateway.execution.ledger import FinishedCall
 from gateway.execution.runner import OK
 from tests.integration.test_admission_paths import (
@@ -184,3 +185,41 @@ async def test_the_functions_still_admit_after_a_downgrade(pg_url):
     assert first is not None and again is not None
     assert [(a.decision, a.outcome) for a in first] == [("execute", None), ("decided", "REPEATED_CALL")]
     assert [(a.decision, a.outcome) for a in again] == [("replay", "TOOL_CALL_IN_PROGRESS")]
+
+
+APPROVALS_FETCHED = (
+    "SELECT coalesce(sum(idx_tup_fetch), 0) FROM pg_stat_xact_user_tables WHERE relname = 'approvals'"
+)
+
+
+async def test_an_approval_is_read_by_its_key_once_the_table_has_statistics(db):
+    # Three indexes of approvals lead with tenant_id. Without statistics the planner costs them
+    # alike for a lookup by id; with them (autoanalyze) it must replan a plan a connection kept
+    # and read the one approval by the primary key, not the tenant's approvals through another.
+    prefix = uuid.uuid4().hex[:12]
+
+    async def insert(count: int) -> str:
+        ids = [f"{prefix}_{uuid.uuid4().hex[:8]}" for _ in range(count)]
+        async with db.begin() as conn:
+            await conn.execute(sa.insert(Run), [
+                dict(id="run_" + i, tenant_id="acme", user_id="bob", max_tool_calls=10, max_repeats=3,
+                     used_tool_calls=0, created_at=START) for i in ids])
+            await conn.execute(sa.insert(Approval), [
+                dict(id="apr_" + i, tenant_id="acme", run_id="run_" + i, tool_call_id="c1", requester_id="bob",
+                     requester_roles=["editor"], tool="create_article", canonical_arguments="{}",
+                     arguments_sha256="h", status="pending", created_at=START, expires_at=START) for i in ids])
+        return "apr_" + ids[0]
+
+    wanted = await insert(1)
+    async with db.connect() as conn:
+        for _ in range(8):  # past the executions after which a prepared statement may go generic
+            assert (await get_approval(conn, tenant_id="acme", approval_id=wanted)) is not None
+            await conn.commit()
+        await insert(2000)
+        async with db.begin() as other:
+            await other.execute(sa.text("ANALYZE approvals"))
+        before = await conn.scalar(sa.text(APPROVALS_FETCHED))
+        row = await get_approval(conn, tenant_id="acme", approval_id=wanted)
+        fetched = await conn.scalar(sa.text(APPROVALS_FETCHED)) - before
+    assert row is not None and row.id == wanted
+    assert fetched == 1

@@ -1,6 +1,6 @@
-"""Lookups of one run or approval by id go through the primary key ``(tenant_id, id)``
-(migration 0020); the user who must own a run is compared in a form no index serves, so that
-the key is the only way in, whatever plan a session keeps (migration 0017)."""
+"""Lookups of one run or approval by id name its primary key ``(tenant_id, id)`` (migration
+0020); the user who must own a run is compared in a form no index serves, so that no plan
+reads a run through ``(tenant_id, user_id, created_at)`` (migration 0017)."""
 
 from __future__ import annotations
 

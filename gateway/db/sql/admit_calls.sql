@@ -142,7 +142,10 @@ BEGIN
                     IF v_existing.approval_id IS NOT NULL THEN
                         SELECT a.status, a.expires_at, a.decided_at
                           INTO v_approval_status, v_approval_expires, v_approval_decided
-                          FROM approvals a WHERE a.tenant_id = v_tenant_id AND a.id = v_existing.approval_id;
+                          FROM approvals a
+                         -- The call names the approval whichever key a kept plan reads it by.
+                         WHERE a.tenant_id = v_tenant_id AND a.id = v_existing.approval_id
+                           AND a.run_id = v_run_id AND a.tool_call_id = v_id;
                         o_approval_status := v_approval_status;
                         o_outcome := CASE
                             WHEN v_approval_status = 'pending' AND v_approval_expires > v_now THEN 'APPROVAL_REQUIRED'
