@@ -403,12 +403,13 @@ class WebhookSubscription(Base):
     delivery, so it is kept as given out (shown once, never returned or logged again)."""
 
     __tablename__ = "webhook_subscriptions"
-    __table_args__ = (sa.CheckConstraint("format IN ('standard', 'slack')", name="format"),)
-
-    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(
-        sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    __table_args__ = (
+        sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_webhook_subscriptions"),
+        sa.CheckConstraint("format IN ('standard', 'slack')", name="format"),
     )
+
+    id: Mapped[str] = mapped_column(sa.String(40))
+    tenant_id: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("tenants.id", ondelete="CASCADE"))
     url: Mapped[str] = mapped_column(sa.String(2000))
     events: Mapped[list[str]] = mapped_column(JsonValue)
     format: Mapped[str] = mapped_column(sa.String(16))
@@ -425,15 +426,19 @@ class WebhookDelivery(Base):
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
         sa.CheckConstraint("state IN ('pending', 'in_flight', 'delivered', 'dead')", name="state"),
+        sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_webhook_deliveries"),
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "subscription_id"], ["webhook_subscriptions.tenant_id", "webhook_subscriptions.id"],
+            ondelete="CASCADE", name="fk_webhook_deliveries_tenant_id_subscription_id",
+        ),
+        # The worker's due list, across tenants.
         sa.Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
-        sa.Index("ix_webhook_deliveries_subscription", "subscription_id", "created_at"),
+        sa.Index("ix_webhook_deliveries_subscription", "tenant_id", "subscription_id", "created_at"),
     )
 
-    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    id: Mapped[str] = mapped_column(sa.String(40))
     tenant_id: Mapped[str] = mapped_column(sa.String(64))
-    subscription_id: Mapped[str] = mapped_column(
-        sa.String(40), sa.ForeignKey("webhook_subscriptions.id", ondelete="CASCADE")
-    )
+    subscription_id: Mapped[str] = mapped_column(sa.String(40))
     event_type: Mapped[str] = mapped_column(sa.String(40))
     data: Mapped[dict[str, Any]] = mapped_column(JsonValue)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)

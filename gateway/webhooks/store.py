@@ -111,13 +111,14 @@ _CLAIM = sa.text(
     """
     UPDATE webhook_deliveries AS d
        SET state = 'in_flight', attempts = d.attempts + 1, next_attempt_at = :lease_until, last_attempt_at = :now
-      FROM (SELECT id FROM webhook_deliveries
+      FROM (SELECT tenant_id, id FROM webhook_deliveries
              WHERE state IN ('pending', 'in_flight') AND next_attempt_at <= :now
              ORDER BY next_attempt_at
              LIMIT :limit
                FOR UPDATE SKIP LOCKED) AS due,
            webhook_subscriptions AS s
-     WHERE d.id = due.id AND s.id = d.subscription_id
+     WHERE d.tenant_id = due.tenant_id AND d.id = due.id
+       AND s.tenant_id = d.tenant_id AND s.id = d.subscription_id
     RETURNING d.id, d.tenant_id, d.subscription_id, d.event_type, d.data, d.created_at, d.attempts,
               d.window_started_at, s.url, s.format, s.secret
     """
@@ -131,13 +132,23 @@ async def claim_due(conn: AsyncConnection, *, now: datetime, lease: timedelta, l
     return list(rows.all())
 
 
+def _claimed(tenant_id: str, delivery_id: str, attempts: int) -> tuple[sa.ColumnElement[bool], ...]:
+    """The delivery, by its key, while this claim holds it (the attempt count is the claim's token)."""
+    return (
+        deliveries.c.tenant_id == tenant_id,
+        deliveries.c.id == delivery_id,
+        deliveries.c.state == "in_flight",
+        deliveries.c.attempts == attempts,
+    )
+
+
 async def record_delivered(
-    conn: AsyncConnection, *, delivery_id: str, attempts: int, status: int, now: datetime
+    conn: AsyncConnection, *, tenant_id: str, delivery_id: str, attempts: int, status: int, now: datetime
 ) -> bool:
-    """Only the holder of the claim records it (the attempt count is the claim's token)."""
+    """Only the holder of the claim records it."""
     result = await conn.execute(
         sa.update(deliveries)
-        .where(deliveries.c.id == delivery_id, deliveries.c.state == "in_flight", deliveries.c.attempts == attempts)
+        .where(*_claimed(tenant_id, delivery_id, attempts))
         .values(state="delivered", delivered_at=now, last_status=status, last_error=None)
     )
     return result.rowcount == 1
@@ -146,6 +157,7 @@ async def record_delivered(
 async def record_failed(
     conn: AsyncConnection,
     *,
+    tenant_id: str,
     delivery_id: str,
     attempts: int,
     status: int | None,
@@ -161,7 +173,7 @@ async def record_failed(
         values.update(state="pending", next_attempt_at=retry_at)
     result = await conn.execute(
         sa.update(deliveries)
-        .where(deliveries.c.id == delivery_id, deliveries.c.state == "in_flight", deliveries.c.attempts == attempts)
+        .where(*_claimed(tenant_id, delivery_id, attempts))
         .values(**values)
     )
     return result.rowcount == 1

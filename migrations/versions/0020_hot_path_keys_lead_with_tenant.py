@@ -12,6 +12,11 @@ longer name another tenant's run; ``approvals``' one approval per call becomes o
 goes through the new key. Ids are still made unique by the gateway (random); a run or approval
 id is now unique within its tenant only by that.
 
+The webhook tables likewise: ``webhook_subscriptions`` and ``webhook_deliveries`` are keyed by
+``(tenant_id, id)``, a delivery names its subscription by ``(tenant_id, subscription_id)``, and
+a subscription's deliveries are indexed by ``(tenant_id, subscription_id, created_at)``; the
+worker's due list (``state, next_attempt_at``) stays across tenants.
+
 Counts of runs that no longer exist (a deleted tenant's: the table has no foreign key) are
 dropped: no run can read them.
 
@@ -47,6 +52,10 @@ depends_on: str | Sequence[str] | None = None
 _REFERRING = (("run_messages", "CASCADE"), ("approvals", "CASCADE"), ("mcp_token_runs", "CASCADE"))
 """The tables whose ``run_id`` refers to ``runs``, and what deleting the run does to them."""
 
+_OLD_DELIVERY_FK = "fk_webhook_deliveries_subscription_id_webhook_subscriptions"
+_DELIVERY_FK = "fk_webhook_deliveries_tenant_id_subscription_id"
+"""Named, as the naming convention's name would pass PostgreSQL's 63 characters."""
+
 
 def upgrade() -> None:
     # The column stays on downgrade: upgrading again fills what was written without it.
@@ -75,11 +84,34 @@ def upgrade() -> None:
             f"FOREIGN KEY (tenant_id, run_id) REFERENCES runs (tenant_id, id) ON DELETE {on_delete}"
         )
 
+    op.execute(f"ALTER TABLE webhook_deliveries DROP CONSTRAINT {_OLD_DELIVERY_FK}")
+    _rekey("webhook_subscriptions", "tenant_id, id")
+    op.execute("DROP INDEX ix_webhook_subscriptions_tenant_id")  # the new key's prefix serves it
+    _rekey("webhook_deliveries", "tenant_id, id")
+    op.execute("DROP INDEX ix_webhook_deliveries_subscription")
+    op.execute(
+        "CREATE INDEX ix_webhook_deliveries_subscription ON webhook_deliveries (tenant_id, subscription_id, created_at)"
+    )
+    op.execute(
+        f"ALTER TABLE webhook_deliveries ADD CONSTRAINT {_DELIVERY_FK} FOREIGN KEY (tenant_id, subscription_id) "
+        "REFERENCES webhook_subscriptions (tenant_id, id) ON DELETE CASCADE"
+    )
+
     apply_sql_file("admit_calls.sql")
     apply_sql_file("record_calls.sql")
 
 
 def downgrade() -> None:
+    op.execute(f"ALTER TABLE webhook_deliveries DROP CONSTRAINT {_DELIVERY_FK}")
+    op.execute("DROP INDEX ix_webhook_deliveries_subscription")
+    op.execute("CREATE INDEX ix_webhook_deliveries_subscription ON webhook_deliveries (subscription_id, created_at)")
+    _rekey("webhook_deliveries", "id")
+    op.execute("CREATE INDEX ix_webhook_subscriptions_tenant_id ON webhook_subscriptions (tenant_id)")
+    _rekey("webhook_subscriptions", "id")
+    op.execute(
+        f"ALTER TABLE webhook_deliveries ADD CONSTRAINT {_OLD_DELIVERY_FK} FOREIGN KEY (subscription_id) "
+        "REFERENCES webhook_subscriptions (id) ON DELETE CASCADE"
+    )
     for table, _ in _REFERRING:
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT fk_{table}_tenant_id_run_id_runs")
     op.execute(

@@ -35,10 +35,11 @@ from tests.support import db as support
 HOT_PATH_TABLES = (
     "runs", "tool_calls", "run_call_counts", "approvals", "run_messages", "mcp_token_runs",
     "audit_events", "audit_links", "audit_chains", "tool_policies", "rate_limit_buckets", "rate_limit_overrides",
-    "roles", "role_permissions", "users",
+    "roles", "role_permissions", "users", "webhook_subscriptions", "webhook_deliveries",
 )
-ACROSS_TENANTS = {"ix_audit_events_txid_id"}
-"""The sealer's work list: the order in which transactions wrote audit rows, across tenants."""
+ACROSS_TENANTS = {"ix_audit_events_txid_id", "ix_webhook_deliveries_due"}
+"""The sealer's work list (the order in which transactions wrote audit rows) and the webhook
+worker's (deliveries due), across tenants."""
 
 INDEXES = """
 SELECT c.relname AS table_name, i.relname AS index_name, a.attname AS first_column
@@ -135,6 +136,20 @@ async def test_two_tenants_runs_sharing_an_id_are_each_admitted_against_their_ow
         ("globex", "c2", "done", '{"from":"c2"}'),
     ]
     assert "BUDGET_EXCEEDED" in calls[1].content
+
+
+async def test_a_delivery_cannot_name_another_tenants_subscription(pg_url):
+    await _two_tenants(pg_url)
+    await support.execute(pg_url, sa.text(
+        "INSERT INTO webhook_subscriptions (id, tenant_id, url, events, format, secret, created_by, created_at) "
+        "VALUES ('whk_a', 'acme', 'https://hooks.example/a', '[\"approval.created\"]', 'standard', 's', 'ann', now())"
+    ))
+    with pytest.raises(IntegrityError, match="foreign key"):
+        await support.execute(pg_url, sa.text(
+            "INSERT INTO webhook_deliveries (id, tenant_id, subscription_id, event_type, data, created_at, "
+            "next_attempt_at, window_started_at) "
+            "VALUES ('msg_x', 'globex', 'whk_a', 'approval.created', '{}', now(), now(), now())"
+        ))
 
 
 LEGACY = """
