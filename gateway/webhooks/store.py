@@ -111,13 +111,15 @@ _CLAIM = sa.text(
     """
     UPDATE webhook_deliveries AS d
        SET state = 'in_flight', attempts = d.attempts + 1, next_attempt_at = :lease_until, last_attempt_at = :now
-      FROM (SELECT tenant_id, id FROM webhook_deliveries
+      FROM (SELECT tenant_id, id, subscription_id, created_at FROM webhook_deliveries
              WHERE state IN ('pending', 'in_flight') AND next_attempt_at <= :now
              ORDER BY next_attempt_at
              LIMIT :limit
                FOR UPDATE SKIP LOCKED) AS due,
            webhook_subscriptions AS s
+     -- each due row by its key and its subscription's index's (see _claimed)
      WHERE d.tenant_id = due.tenant_id AND d.id = due.id
+       AND d.subscription_id = due.subscription_id AND d.created_at = due.created_at
        AND s.tenant_id = d.tenant_id AND s.id = d.subscription_id
     RETURNING d.id, d.tenant_id, d.subscription_id, d.event_type, d.data, d.created_at, d.attempts,
               d.window_started_at, s.url, s.format, s.secret
@@ -132,23 +134,26 @@ async def claim_due(conn: AsyncConnection, *, now: datetime, lease: timedelta, l
     return list(rows.all())
 
 
-def _claimed(tenant_id: str, delivery_id: str, attempts: int) -> tuple[sa.ColumnElement[bool], ...]:
-    """The delivery, by its key, while this claim holds it (the attempt count is the claim's token)."""
+def _claimed(claim: Any) -> tuple[sa.ColumnElement[bool], ...]:
+    """The claimed delivery (a row ``claim_due`` returned) while this claim holds it: the attempt
+    count is the claim's token. Named by its key and by its subscription's index's whole key,
+    so that whichever of the two a plan kept while the table had no statistics reads it, it
+    reads one row."""
     return (
-        deliveries.c.tenant_id == tenant_id,
-        deliveries.c.id == delivery_id,
+        deliveries.c.tenant_id == claim.tenant_id,
+        deliveries.c.id == claim.id,
+        deliveries.c.subscription_id == claim.subscription_id,
+        deliveries.c.created_at == claim.created_at,
         deliveries.c.state == "in_flight",
-        deliveries.c.attempts == attempts,
+        deliveries.c.attempts == claim.attempts,
     )
 
 
-async def record_delivered(
-    conn: AsyncConnection, *, tenant_id: str, delivery_id: str, attempts: int, status: int, now: datetime
-) -> bool:
+async def record_delivered(conn: AsyncConnection, *, claim: Any, status: int, now: datetime) -> bool:
     """Only the holder of the claim records it."""
     result = await conn.execute(
         sa.update(deliveries)
-        .where(*_claimed(tenant_id, delivery_id, attempts))
+        .where(*_claimed(claim))
         .values(state="delivered", delivered_at=now, last_status=status, last_error=None)
     )
     return result.rowcount == 1
@@ -157,9 +162,7 @@ async def record_delivered(
 async def record_failed(
     conn: AsyncConnection,
     *,
-    tenant_id: str,
-    delivery_id: str,
-    attempts: int,
+    claim: Any,
     status: int | None,
     error: str,
     now: datetime,
@@ -173,7 +176,7 @@ async def record_failed(
         values.update(state="pending", next_attempt_at=retry_at)
     result = await conn.execute(
         sa.update(deliveries)
-        .where(*_claimed(tenant_id, delivery_id, attempts))
+        .where(*_claimed(claim))
         .values(**values)
     )
     return result.rowcount == 1

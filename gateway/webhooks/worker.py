@@ -120,16 +120,14 @@ class WebhookWorker:
             async with self._db.begin() as conn:
                 if error is None:
                     recorded = await store.record_delivered(
-                        conn, tenant_id=row.tenant_id, delivery_id=row.id, attempts=row.attempts,
-                        status=status or 0, now=now,
+                        conn, claim=row, status=status or 0, now=now
                     )
                 else:
                     retry_at = now + timedelta(seconds=backoff_s(self._settings, row.attempts))
                     window_end = row.window_started_at + timedelta(seconds=self._settings.retry_window_s)
                     dead = retry_at >= window_end
                     recorded = await store.record_failed(
-                        conn, tenant_id=row.tenant_id, delivery_id=row.id, attempts=row.attempts,
-                        status=status, error=error, now=now, retry_at=None if dead else retry_at,
+                        conn, claim=row, status=status, error=error, now=now, retry_at=None if dead else retry_at,
                     )
         except Exception:  # the lease runs out and the delivery is sent again
             log.exception("webhook_attempt_not_recorded", **fields)

@@ -24,9 +24,10 @@ Downgrade restores the keys of 0019 and leaves the functions applied here, which
 they name the keys of their upserts by constraint (``pk_tool_calls``, ``pk_run_call_counts``:
 the same names before and after) and their lookups by tenant are served by the older keys too.
 ``run_call_counts.tenant_id`` stays, nullable, since those functions write it. Downgrading
-fails once two tenants have runs (or approvals) of one id, which 0020 allows.
+fails once two tenants have runs, approvals, subscriptions or deliveries of one id, which
+0020 allows.
 
-Upgrading rebuilds five primary keys and checks three foreign keys in one transaction,
+Upgrading rebuilds seven primary keys and checks four foreign keys in one transaction,
 holding their tables' locks: the release before it cannot admit calls meanwhile, and once it
 is done that release's lookups by id alone no longer have an index. Stop the old release
 before running it (docs/operations.md).

@@ -17,6 +17,7 @@ from gateway.auth.principal import Principal
 from gateway.db.migrate import alembic_config, check_models_match
 from gateway.db.approvals import get_approval
 from gateway.db.models import Approval, Run, RunCallCount, ToolCall
+from gateway.execution.approvals import idempotency_key_for
 from gateway.execution.ledger import FinishedCall
 from gateway.execution.runner import OK
 from tests.integration.test_admission_paths import (
@@ -60,6 +61,38 @@ async def test_every_key_and_index_of_the_hot_path_leads_with_the_tenant(pg_url)
     assert {row.table_name for row in indexes} == set(HOT_PATH_TABLES)
     not_by_tenant = {row.index_name for row in indexes if row.first_column != "tenant_id"}
     assert not_by_tenant == ACROSS_TENANTS
+
+
+PRIMARY_KEYS = {
+    "runs": ["tenant_id", "id"],
+    "tool_calls": ["tenant_id", "run_id", "tool_call_id"],
+    "run_call_counts": ["tenant_id", "run_id", "call_hash"],
+    "approvals": ["tenant_id", "id"],
+    "run_messages": ["tenant_id", "run_id", "seq"],
+    "webhook_subscriptions": ["tenant_id", "id"],
+    "webhook_deliveries": ["tenant_id", "id"],
+}
+
+KEY_COLUMNS = """
+SELECT c.relname AS table_name, array_agg(a.attname::text ORDER BY k.n) AS columns
+  FROM pg_constraint con
+  JOIN pg_class c ON c.oid = con.conrelid
+ CROSS JOIN LATERAL unnest(con.conkey) WITH ORDINALITY AS k(attnum, n)
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+ WHERE con.contype = 'p' AND c.relname = ANY(:tables)
+ GROUP BY c.relname
+"""
+
+
+async def test_the_re_keyed_tables_have_exactly_their_keys(pg_url):
+    # Alembic compares no primary keys: a key on the wrong second column would pass it.
+    keys = await support.rows(pg_url, sa.text(KEY_COLUMNS).bindparams(tables=list(PRIMARY_KEYS)))
+    assert {row.table_name: list(row.columns) for row in keys} == PRIMARY_KEYS
+
+
+def test_two_tenants_approvals_sharing_an_id_send_different_idempotency_keys():
+    assert idempotency_key_for("acme", "apr_1") != idempotency_key_for("globex", "apr_1")
+    assert idempotency_key_for("acme", "apr_1") == idempotency_key_for("acme", "apr_1")
 
 
 async def _two_tenants(url: str) -> None:
@@ -160,7 +193,12 @@ INSERT INTO run_call_counts (run_id, call_hash, count)
     VALUES ('run_1', 'h1', 2), ('run_2', 'h1', 1), ('run_gone', 'h1', 4);
 INSERT INTO tool_calls (run_id, tool_call_id, tenant_id, tool, status, created_at)
     VALUES ('run_1', 'c1', 'acme', 'add', 'done', now()), ('run_2', 'c1', 'globex', 'add', 'executing', now());
-INSERT INTO run_messages (run_id, seq, tenant_id, message, created_at) VALUES ('run_1', 0, 'acme', '{}', now())
+INSERT INTO run_messages (run_id, seq, tenant_id, message, created_at) VALUES ('run_1', 0, 'acme', '{}', now());
+INSERT INTO webhook_subscriptions (id, tenant_id, url, events, format, secret, created_by, created_at)
+    VALUES ('whk_1', 'globex', 'https://hooks.example/g', '["run.stopped"]', 'standard', 's', 'ann', now());
+INSERT INTO webhook_deliveries (id, tenant_id, subscription_id, event_type, data, created_at, next_attempt_at,
+                                window_started_at)
+    VALUES ('msg_1', 'globex', 'whk_1', 'run.stopped', '{}', now(), now(), now())
 """
 
 
@@ -177,6 +215,8 @@ async def test_upgrading_fills_each_count_with_its_runs_tenant_and_drops_counts_
     assert [tuple(row) for row in counts] == [("acme", "run_1", 2), ("globex", "run_2", 1)]
     calls = await support.rows(pg_url, sa.text("SELECT tenant_id, run_id FROM tool_calls ORDER BY run_id"))
     assert [tuple(row) for row in calls] == [("acme", "run_1"), ("globex", "run_2")]
+    deliveries = await support.rows(pg_url, sa.text("SELECT tenant_id, id, subscription_id FROM webhook_deliveries"))
+    assert [tuple(row) for row in deliveries] == [("globex", "msg_1", "whk_1")]
     await asyncio.to_thread(check_models_match, pg_url)
 
 
