@@ -71,7 +71,8 @@ DECLARE
     v_durable boolean := false;
 BEGIN
     o_batch := -1;
-    -- The caller sorts the batches by run id and tenant, so concurrent statements lock runs in one order.
+    -- The caller sorts the batches by run id and tenant, so concurrent statements lock runs in
+    -- one order.
     FOR v_batch IN SELECT value FROM jsonb_array_elements(p_batches) LOOP
         o_batch := o_batch + 1;
         v_batch_audit := v_batch->'audit';
@@ -274,10 +275,10 @@ $fn$;
 -- loop locks them, and only then is tool_calls read: the rows of a run in tool_calls and
 -- run_call_counts are written only under its lock, so what is read is what the loop would find.
 -- Every table is read through its primary key, which leads with the tenant (migration 0020):
--- sequential scans, hash and merge joins are off (as in
--- record_calls.sql), and plans are generic, so that a plan made once fits every statement. A
--- session keeps its plans: one made while runs held a few rows (a new install) would otherwise
--- scan runs at every statement of that connection as the table grows.
+-- sequential scans, hash and merge joins are off (as in record_calls.sql), and plans are
+-- generic, so that a plan made once fits every statement. A session keeps its plans: one made
+-- while runs held a few rows (a new install) would otherwise scan runs at every statement of
+-- that connection as the table grows.
 CREATE OR REPLACE FUNCTION gateway_admit_calls(p_batches jsonb, p_contents jsonb)
 RETURNS TABLE (
     o_batch integer,
