@@ -43,6 +43,10 @@ from gateway.tools.registry import ToolRegistry
 
 log = structlog.get_logger("gateway.agent")
 
+_UNFINISHED = frozenset({ErrorCode.APPROVAL_REQUIRED.value, ErrorCode.TOOL_CALL_IN_PROGRESS.value})
+"""What a held call answers while its approval is undecided or its approved call still runs:
+the run keeps waiting (a resume later answers the stored outcome), never records it as final."""
+
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
@@ -254,7 +258,7 @@ class AgentService:
             for (seq, call), result in zip(waiting, results, strict=True):
                 content = tool_content(result.content)
                 entry = self.loop.trace_entry(run.steps, call, result.outcome, content)
-                if result.outcome == ErrorCode.APPROVAL_REQUIRED.value:
+                if result.outcome in _UNFINISHED:
                     still.append(PendingApproval(approval_id=result.approval_id or "", tool_call_id=call["id"],
                                                  tool=call["function"]["name"], arguments=entry.arguments))
                     continue

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import asyncpg
 
 from tests.agent.conftest import decoded, tool_messages
 from tests.support.scripted_model import Turn, call, openai_turn
@@ -90,3 +93,42 @@ async def test_resume_is_only_for_the_runs_owner_and_for_agent_runs(gateway, mod
     plain = (await gateway.http.post("/v1/runs", headers=auth_for("bob"))).json()
     refused = await gateway.http.post(f"/v1/runs/{plain['id']}/resume", headers=auth_for("bob"))
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "RUN_NOT_RESUMABLE"
+
+
+async def test_resume_while_the_approved_call_still_runs_keeps_waiting_for_its_outcome(gateway, model):
+    model.script(openai_turn(calls=[call("create_article", {"title": "Slow", "body": "B"}, "call_slow")]), report)
+    body = (await gateway.chat("write", user="bob")).json()
+    run_id, approval_id = body["gateway"]["run_id"], body["gateway"]["stop_reason"]["approval_ids"][0]
+
+    # The approved call's write waits on a lock, so the approval stays "executing" meanwhile.
+    locker = await asyncpg.connect(gateway.database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    locking = locker.transaction()
+    await locking.start()
+    await locker.execute("LOCK TABLE articles IN ACCESS EXCLUSIVE MODE")
+    approving = asyncio.create_task(
+        gateway.http.post(f"/v1/admin/approvals/{approval_id}/approve", headers=auth_for("carol")))
+    try:
+        for _ in range(200):
+            [(status,)] = await gateway.sql("SELECT status FROM approvals WHERE id = :id", id=approval_id)
+            if status == "executing":
+                break
+            await asyncio.sleep(0.02)
+        assert status == "executing"
+        early = await gateway.http.post(f"/v1/runs/{run_id}/resume", headers=auth_for("bob"))
+        assert early.status_code == 200, early.text
+        assert early.json()["gateway"]["stop_reason"]["approval_ids"] == [approval_id]
+        assert model.served == 1  # the model is not told the call is in progress as if it were its outcome
+        run = await gateway.run(run_id, user="bob")
+        assert run["state"] == "awaiting_approval"
+        assert decoded(run["messages"][-1]["content"])["error"]["code"] == "APPROVAL_REQUIRED"
+    finally:
+        await locking.rollback()
+        await locker.close()
+    assert (await approving).status_code == 200
+
+    resumed = await gateway.http.post(f"/v1/runs/{run_id}/resume", headers=auth_for("bob"))
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["gateway"]["stop_reason"] is None
+    created = decoded(tool_messages(model.requests[1])[0]["content"])
+    assert created["ok"] is True and created["result"]["title"] == "Slow"
+    assert (await gateway.run(run_id, user="bob"))["state"] == "completed"
