@@ -5,30 +5,50 @@ the JWKS, chosen by ``kid``. The algorithm must be on the allow-list *and* match
 family, so ``none`` and algorithm confusion (an HS256 token "signed" with an RSA public
 key) are refused. ``exp`` is required and, with ``iat`` (or the current time without it),
 may span at most ``GATEWAY_JWT_MAX_LIFETIME_S``: a token that never really expires is
-refused, as is one whose times (``exp``, ``iat``, ``nbf``) are not finite numbers, and one
-whose identity holds text PostgreSQL cannot store. Every failure raises
-``InvalidToken``; the reason is for logs only.
+refused. So are tokens whose times (``exp``, ``iat``, ``nbf``) are not finite numbers,
+whose identity holds text PostgreSQL cannot store or a control character (a line break
+would make ``"alice\n"`` a user of its own), and whose header or claims give a key twice
+(JSON leaves which value wins undefined: a proxy or an audit pipeline reading the first
+``tenant_id`` would see another tenant than the one the gateway acts for). Every failure
+raises ``InvalidToken``; the reason is for logs only.
 """
 
 from __future__ import annotations
 
+import binascii
 import math
+import re
 import time
 
 import jwt
 import msgspec
+from jwt.utils import base64url_decode
 
 from gateway.auth.jwks import JwksCache, JwksKeyNotFound
 from gateway.settings import Settings
 from gateway.text import is_storable
+from gateway.tools.repeated_keys import repeated_key
 
 _KEY_FAMILY = {"HS": "oct", "RS": "RSA", "PS": "RSA", "ES": "EC"}
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _bad_text(value: str, max_length: int) -> bool:
-    """Empty, too long, or holding what no database text column can store (NUL, a lone
-    surrogate: JSON's ``\\ud800`` decodes to one, and UTF-8 cannot encode it)."""
-    return not value or len(value) > max_length or not is_storable(value)
+    """Empty, too long, holding what no database text column can store (NUL, a lone
+    surrogate: JSON's ``\\ud800`` decodes to one, and UTF-8 cannot encode it), or a control
+    character (a line break, a tab, an escape): no identifier has one."""
+    return not value or len(value) > max_length or not is_storable(value) or _CONTROL.search(value) is not None
+
+
+def _repeats_a_key(token: str) -> bool:
+    """Whether the (verified) token's header or claims give one key twice."""
+    try:
+        parts = [base64url_decode(part) for part in token.split(".")[:2]]
+    except (binascii.Error, ValueError):
+        return True
+    return any(repeated_key(part) is not None for part in parts)
 
 
 def _time_claim(payload: dict[str, object], name: str) -> float | None:
@@ -152,6 +172,8 @@ class TokenVerifier:
             raise InvalidToken("wrong_issuer_or_audience") from None
         except jwt.PyJWTError:
             raise InvalidToken("invalid") from None
+        if _repeats_a_key(token):
+            raise InvalidToken("repeated_key")
         try:
             claims = msgspec.convert(payload, Claims, strict=True)
         except msgspec.ValidationError:

@@ -11,7 +11,7 @@ from gateway.db.models import Tenant
 from tests.support import db
 from tests.support.http import assert_error
 from tests.support import keys, tokens
-from tests.support.keys import ec_key, hs256_with_raw_key, public_pem, rsa_key, signed, unsigned
+from tests.support.keys import ec_key, hs256_over_text, hs256_with_raw_key, public_pem, rsa_key, signed, unsigned
 from tests.support.tokens import auth
 
 ISSUER, AUDIENCE = "https://id.acme.example", "gateway"
@@ -189,3 +189,38 @@ async def test_a_token_longer_lived_than_the_cap_is_unauthenticated(client):
 async def test_a_signed_token_with_unstorable_identity_or_absurd_times_is_a_401_not_a_500(client, extra):
     response = await tools_with(client, auth(make_token(extra=extra)))
     assert_error(response, 401, "UNAUTHENTICATED")
+
+
+def _text_claims(tenant_ids: list[str]) -> str:
+    now = int(time.time())
+    tenants = "".join(f'"tenant_id":"{tenant}",' for tenant in tenant_ids)
+    return (f'{{"sub":"carol",{tenants}"roles":["admin"],"iat":{now},"exp":{now + 600},'
+            f'"iss":"{ISSUER}","aud":"{AUDIENCE}"}}')
+
+
+async def test_a_signed_token_giving_a_claim_twice_is_unauthenticated(client):
+    # Which tenant_id wins is undefined in JSON: a proxy reading the first would see globex.
+    header = '{"alg":"HS256","typ":"JWT"}'
+    for tenants in (["globex", "acme"], ["acme", "globex"], ["acme", "acme"]):
+        token = hs256_over_text(tokens.TEST_SECRET, header, _text_claims(tenants))
+        assert_unauthenticated(await tools_with(client, auth(token)))
+    # the same claims given once each are accepted: it is the repetition that is refused
+    assert (await tools_with(client, auth(hs256_over_text(tokens.TEST_SECRET, header, _text_claims(["acme"]))))
+            ).status_code == 200
+
+
+async def test_a_signed_token_whose_header_gives_a_key_twice_is_unauthenticated(client):
+    header = '{"alg":"HS256","typ":"JWT","alg":"HS256"}'
+    token = hs256_over_text(tokens.TEST_SECRET, header, _text_claims(["acme"]))
+    assert_unauthenticated(await tools_with(client, auth(token)))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"sub": "alice\n"}, {"sub": "alice\r"}, {"sub": "al\tice"}, {"tenant_id": "acme\n"},
+     {"roles": ["admin\n"]}, {"sub": "alice\u2028"}, {"sub": "alice\x1b[31m"}, {"sub": "alice\x85"}],
+    ids=["lf-in-sub", "cr-in-sub", "tab-in-sub", "lf-in-tenant", "lf-in-role", "line-separator", "escape", "nel"],
+)
+async def test_a_signed_token_whose_identity_holds_a_control_character_is_unauthenticated(client, extra):
+    response = await client.post("/v1/runs", headers=auth(make_token(extra=extra)))
+    assert_unauthenticated(response)
