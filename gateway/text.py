@@ -262,6 +262,9 @@ def decode_error_message(document: bytes, error: Exception) -> str:
     text = str(error)
     if not document.strip():
         return "it is empty"
+    if text.startswith("Number out of range"):
+        # JSON itself sets no bound; ours (and most parsers') is a 64-bit float: 1e400 is none.
+        return "it holds a number too large for a 64-bit float"
     if "truncated" in text:
         offset, what = len(document), "it is not valid JSON: it ends too early"
     elif (match := _MALFORMED.search(text)) is not None:

@@ -75,6 +75,20 @@ async def test_a_body_that_is_not_json_is_invalid_tool_call(client, database_url
     await assert_rejection_audited(database_url, run["id"], "INVALID_TOOL_CALL")
 
 
+async def test_a_number_past_a_float_in_arguments_given_as_an_object_says_so(client, database_url, probe):
+    # Given as an object, the arguments are part of the body: the batch is refused whole, in
+    # words that name the problem (given as a string, the call alone gets INVALID_ARGUMENTS).
+    run = await create_run(client, BOB)
+    content = (b'{"tool_calls": [{"id": "c1", "type": "function",'
+               b' "function": {"name": "add", "arguments": {"a": 1e400, "b": 1}}}]}')
+    response = await client.post(
+        f"/v1/runs/{run['id']}/tool-calls", content=content, headers={**BOB, "Content-Type": "application/json"}
+    )
+    error = assert_error(response, 422, "INVALID_TOOL_CALL")
+    assert "number too large for a 64-bit float" in error["message"]
+    await assert_nothing_ran(client, database_url, probe, run["id"])
+
+
 @pytest.mark.parametrize(
     "body",
     [[], [tool_call("add", {"a": 1, "b": 2}, call_id="a")], "tool_calls", 5, None, {"calls": []}, {"tool_calls": {}}],

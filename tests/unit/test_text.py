@@ -140,6 +140,8 @@ def test_a_document_problem_names_the_rule_it_breaks():
         (b'{"a":', "it is not valid JSON: it ends too early at line 1, column 6"),
         (b"{}\n\n  x", "it is not valid JSON: trailing characters at line 3, column 4"),
         (b"  ", "it is empty"),
+        (b'{"a": [1e400]}', "it holds a number too large for a 64-bit float"),
+        (b'{"a": -1e400}', "it holds a number too large for a 64-bit float"),
     ],
 )
 def test_a_decode_error_names_the_line_and_column(document, expected):
