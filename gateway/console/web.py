@@ -213,6 +213,9 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
     SignInRequired: on_sign_in_required,
     FormRefused: on_form_refused,
     GatewayError: on_gateway_error,
+    # Named as well as its base: Litestar picks the handler of the most specific class across
+    # layers, so the API's ValidationException handler (JSON) would otherwise answer a form.
+    ValidationException: on_http_exception,
     HTTPException: on_http_exception,
     Exception: on_unexpected,
 }

@@ -204,3 +204,19 @@ async def test_an_unreachable_database_is_a_503_page_that_leaks_nothing():
         assert response.status_code == 503 and "text/html" in response.headers["content-type"]
         assert "127.0.0.1" not in response.text and "gateway:pw" not in response.text
         assert_secure_headers(response)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["multipart/form-data", "multipart/form-data; boundary=", "application/json", "text/plain",
+     "application/x-www-form-urlencoded; charset=nope"],
+)
+async def test_a_form_posted_in_an_odd_encoding_gets_a_page_never_json_or_a_500(pg_client, content_type):
+    form = await pg_client.get("/console/sign-in")
+    csrf = csrf_of(form.text)
+    body = (f'--b\r\nContent-Disposition: form-data; name="csrf_token"\r\n\r\n{csrf}\r\n--b--\r\n'
+            if content_type.startswith("multipart") else f"csrf_token={csrf}&token=abc")
+    response = await pg_client.post("/console/sign-in", content=body, headers={"Content-Type": content_type})
+    assert response.status_code in (400, 401, 403), (response.status_code, response.text[:200])
+    assert "text/html" in response.headers["content-type"], response.text[:200]
+    assert_secure_headers(response)
