@@ -20,6 +20,7 @@ from gateway.auth.guards import requires_permission
 from gateway.errors import ErrorCode, GatewayError
 from gateway.execution.approvals import ApprovalService, effective_status
 from gateway.execution.results import read_content
+from gateway.execution.runner import OK
 
 APPROVAL_STATUSES = ("pending", "executing", "succeeded", "failed", "rejected", "expired")
 
@@ -27,13 +28,19 @@ APPROVAL_STATUSES = ("pending", "executing", "succeeded", "failed", "rejected", 
 def outcome_view(code: str | None, content: str | None) -> ApprovalOutcome | None:
     if code is None or content is None:
         return None
-    stored = read_content(content)
+    try:
+        stored = read_content(content)
+    except msgspec.DecodeError:
+        # Not content as this version writes it (an older version stored a service's JSON
+        # that no reader here can hold, such as 1e400): shown as the text it is.
+        return ApprovalOutcome(code=code, ok=code == OK, result=content)
     if stored.ok:
         return ApprovalOutcome(
             code=code, ok=True, result=stored.result, truncated=stored.truncated, original_bytes=stored.original_bytes
         )
     error = stored.error
-    assert error is not None
+    if error is None:
+        return ApprovalOutcome(code=code, ok=False, result=content)
     return ApprovalOutcome(
         code=code,
         ok=False,

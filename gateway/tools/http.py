@@ -75,6 +75,7 @@ _STATUS_CODES: dict[int, ErrorCode] = {
     429: ErrorCode.RATE_LIMITED,
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_ANY_JSON = msgspec.json.Decoder()
 _SENDS_BODY = frozenset({b"POST", b"PUT", b"PATCH"})
 _TRANSPORT_ERRORS = (httpcore.NetworkError, httpcore.ProtocolError, httpcore.UnsupportedProtocol, httpcore.ProxyError)
 """What httpx calls a ``TransportError``, as the pool raises it: the service could not be reached."""
@@ -125,10 +126,10 @@ class ErrorExposure:
     max_chars: int
 
     def message(self, body: bytes) -> str | None:
-        if self.field is None or not body:
+        if self.field is None or not body or nests_deeper_than(body, MAX_JSON_DEPTH_CEILING):
             return None
         try:
-            value: Any = msgspec.json.decode(body)
+            value: Any = _ANY_JSON.decode(body)
         except msgspec.DecodeError:
             return None
         for key in self.field.split("."):
@@ -272,7 +273,10 @@ class HttpToolHandler:
             # call would fail after the service acted. Passed on as the text it is.
             return data.decode("utf-8", errors="replace")
         try:
-            # Valid JSON is passed on as it was sent, without decoding and encoding it again.
+            # Checked whole, since what is stored must read back (a replay, an approval's
+            # outcome): UTF-8 throughout and numbers a float holds (1e400 is valid JSON that
+            # no reader here can hold). Then passed on as it was sent, not encoded again.
+            _ANY_JSON.decode(data)
             return msgspec.json.decode(data, type=msgspec.Raw)
         except msgspec.DecodeError:
             return data.decode("utf-8", errors="replace")

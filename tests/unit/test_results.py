@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from gateway.api.approvals import outcome_view
 from gateway.errors import ERRORS, ErrorCode
 from gateway.execution.results import error_content, ok_content, read_content
 
@@ -39,3 +42,16 @@ def test_read_content_gives_back_the_error_that_error_content_wrote():
 def test_read_content_gives_back_a_result():
     stored = read_content(ok_content(b'{"x":[1,2]}'))
     assert stored.ok is True and stored.result == {"x": [1, 2]} and stored.error is None
+
+
+@pytest.mark.parametrize(
+    ("code", "content"),
+    [("OK", '{"ok":true,"result":{"amount":1e400}}'), ("OK", "not json"),
+     ("CONFLICT", '{"ok":false}'), ("CONFLICT", '{"ok":false,"error":[1e999]}')],
+    ids=["number-past-a-float", "not-json", "failure-without-error", "error-unreadable"],
+)
+def test_an_approval_outcome_stored_by_an_older_version_reads_as_its_text(code, content):
+    # An older version stored a service's JSON as sent, 1e400 included: the approval still reads.
+    outcome = outcome_view(code, content)
+    assert outcome is not None and outcome.code == code
+    assert outcome.ok is (code == "OK") and outcome.result == content
