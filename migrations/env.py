@@ -42,6 +42,13 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+MIGRATION_LOCK = 0x6761746577617921
+"""The advisory lock every migrating process holds, from before Alembic reads the database's
+revision until it is done: two processes migrating at once (``serve`` and ``chat --demo``
+started together on the embedded server, two ``migrate`` jobs) take turns, and the second
+finds the database at head instead of applying the same migration again."""
+
+
 def do_run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -50,8 +57,21 @@ def do_run_migrations(connection: Connection) -> None:
         include_name=include_name,
         transaction_per_migration=True,
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    # Held by the session, past each migration's commit (PostgreSQL directly, not through a
+    # transaction pooler: docs/operations.md).
+    connection.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK})")
+    connection.commit()
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        try:
+            if connection.in_transaction():
+                connection.rollback()
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})")
+            connection.commit()
+        except Exception:  # noqa: BLE001, S110 - the connection broke: its session, and the lock, went with it
+            pass
 
 
 async def run_async_migrations() -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 
 from gateway.db.embedded import ROOT_MANAGED_DIR_ENV, EmbeddedPostgres
+from gateway.db.migrate import alembic_config
 from gateway.db.models import Article, Role, RolePermission, Tenant, User
 from tests.support import db
 from tests.support.calls import batch, contents, tool_call
@@ -113,6 +115,25 @@ def test_gateway_migrate_creates_the_schema(empty_pg_url):
     done = gateway("migrate", GATEWAY_DATABASE_URL=url)
     assert done.returncode == 0, done.stderr
     assert asyncio.run(db.rows(url, sa.select(Tenant.__table__))) == []
+
+
+def test_migrations_started_at_once_take_turns_and_all_succeed(empty_pg_url):
+    # Two jobs (or serve and chat --demo started together) each migrating an empty database:
+    # without a lock both apply 0001 and one dies on a table the other made.
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    environ["GATEWAY_DATABASE_URL"] = empty_pg_url
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "gateway", "migrate"], env=environ, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    results = [(process.wait(timeout=120), process.stderr.read()) for process in processes]
+    for process in processes:
+        process.stdout.close()
+        process.stderr.close()
+    assert [code for code, _ in results] == [0, 0, 0], results
+    [(version,)] = asyncio.run(db.rows(empty_pg_url, sa.text("SELECT version_num FROM alembic_version")))
+    assert version == ScriptDirectory.from_config(alembic_config(empty_pg_url)).get_current_head()
 
 
 def start_demo(folder: Path, port: int, **env: str) -> tuple[subprocess.Popen[bytes], str]:
