@@ -101,6 +101,15 @@ def database_location() -> str:
         return "(unparsable GATEWAY_DATABASE_URL)"
 
 
+def _without_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - the settings took it; say nothing of it rather than all of it
+        return "(configured)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="A guarded, multi-tenant tool gateway for LLM agents.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -235,10 +244,14 @@ def _say(line: str) -> None:
 def demo_secret(path: Path) -> str:
     """A random secret kept beside the demo database, so tokens survive a restart."""
     if path.exists():
+        if path.stat().st_mode & 0o077:  # readable by others (copied, or made by hand): no longer
+            path.chmod(0o600)
         return path.read_text().strip()
     secret = secrets.token_urlsafe(48)
-    path.write_text(secret + "\n")
-    path.chmod(0o600)
+    # Created private: never, even for a moment, a file others may read with the secret in it.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secret + "\n")
     return secret
 
 
@@ -598,7 +611,7 @@ def print_demo_banner(settings: Settings, host: str, port: int) -> None:
 
     base = f"http://{host}:{port}"
     out = sys.stdout
-    print(f"\ngateway demo on {base}  (database: {settings.database.url})", file=out)
+    print(f"\ngateway demo on {base}  (database: {_without_password(settings.database.url)})", file=out)
     print(f"Development tokens, valid {DEMO_TOKEN_TTL_S // 3600} h:", file=out)
     first = None
     for tenant_id in DEMO_TENANTS:
