@@ -101,6 +101,17 @@ def database_location() -> str:
         return "(unparsable GATEWAY_DATABASE_URL)"
 
 
+def _port(text: str) -> int:
+    """A TCP port to listen on: 1-65535 (0 would pick one at random, which no curl line could name)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1-65535)")
+    return port
+
+
 def _without_password(url: str) -> str:
     from sqlalchemy.engine import make_url
 
@@ -116,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="apply migrations and serve the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument(
         "--workers", type=int, default=None, metavar="N",
         help="worker processes (default: GATEWAY_WORKERS, else 1); all state is in the database",

@@ -13,6 +13,7 @@ docs/configuration.md is generated from ``FIELD_DOCS``, keyed by the variables' 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -93,9 +94,9 @@ class DatabaseSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=T
 
     url: Annotated[str, Meta(pattern=POSTGRESQL_URL)] | None = None
     embedded_data_dir: str = DEFAULT_EMBEDDED_DATA_DIR
-    pool_size: int = 10
-    pool_timeout_s: float = 5.0
-    statement_timeout_s: float = 10.0
+    pool_size: AtLeast1 = 10
+    pool_timeout_s: Positive = 5.0
+    statement_timeout_s: Positive = 10.0
     idle_in_transaction_timeout_s: Positive = 30.0
     pgbouncer: bool = False
     group_commit_lanes: Annotated[int, Meta(ge=1, le=16)] = 2
@@ -112,7 +113,7 @@ class JwtSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
     algorithms: Annotated[tuple[Literal[JWT_ALGORITHMS], ...], Meta(min_length=1)] = ("HS256", "RS256", "ES256")
     issuer: str | None = None
     audience: str | None = None
-    leeway_s: int = 30
+    leeway_s: Annotated[int, Meta(ge=0, le=3600)] = 30
     max_lifetime_s: AtLeast1 = 86400
 
 
@@ -122,8 +123,8 @@ class JwksSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True)
     env_prefix = "jwks_"
 
     url: str | None = None
-    cache_s: int = 300
-    timeout_s: float = 5.0
+    cache_s: AtLeast0 = 300
+    timeout_s: Positive = 5.0
 
 
 class RunSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -195,8 +196,8 @@ class ToolSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True)
     env_prefix = "tool_"
     env_names = {"file": "tools_file"}
 
-    timeout_s: float = 10.0
-    max_result_bytes: int = 16_384
+    timeout_s: Positive = 10.0
+    max_result_bytes: AtLeast1 = 16_384
     file: str | None = None
 
 
@@ -251,7 +252,7 @@ class HttpClientSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields
 class LogSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
     env_prefix = "log_"
 
-    level: str = "INFO"
+    level: Annotated[str, Meta(pattern="^(?i:debug|info|warning|error)$")] = "INFO"
     format: Literal["json", "console"] = "json"
 
 
@@ -342,7 +343,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     llm: LlmSettings = _group(LlmSettings)
     tools: ToolSettings = _group(ToolSettings)
     requests: RequestLimits = _group(RequestLimits)
-    policy_cache_s: float = 5.0
+    policy_cache_s: NotNegative = 5.0
     audit: AuditSettings = _group(AuditSettings)
     services: ServiceSettings = _group(ServiceSettings)
     http: HttpClientSettings = _group(HttpClientSettings)
@@ -366,6 +367,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def _check_rules_across_fields(self) -> None:
         """The rules no single type declaration can state; ``require_signing_setup`` adds the secret's."""
+        for name, value in self.flat().items():
+            # ``inf`` and ``nan`` meet gt/ge bounds (or fail them with no clear word), and a
+            # timeout of either breaks the first arithmetic done with it.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SettingsError(f"{env_variable(name)} must be a finite number, not {value}")
+        if self.database.url is not None:
+            problem = database_url_problem(self.database.url)
+            if problem is not None:
+                raise SettingsError(f"GATEWAY_DATABASE_URL {problem}")
         if self.jwks.url is not None:
             claims = (("GATEWAY_JWT_AUDIENCE", self.jwt.audience), ("GATEWAY_JWT_ISSUER", self.jwt.issuer))
             missing = [variable for variable, value in claims if not value]
@@ -451,6 +461,33 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         }
 
 
+DATABASE_URL_QUERY = ("host", "port", "sslmode", "ssl")
+"""What a database URL's query may hold: a socket folder and port, and TLS (libpq's
+``sslmode``, or asyncpg's ``ssl``, with the same modes)."""
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
+def database_url_problem(url: str) -> str | None:
+    """What is wrong with a database URL that its pattern lets through, in words, or ``None``."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - a port that is no number, a URL SQLAlchemy cannot read
+        return "is not a URL the driver can read (user@host:port/database)"
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        return f"names port {parsed.port}, which no server listens on"
+    for key, value in parsed.query.items():
+        if key not in DATABASE_URL_QUERY:
+            return (f"takes only the query parameters {', '.join(DATABASE_URL_QUERY)}, not {key!r} "
+                    "(timeouts and pool sizes are GATEWAY_DATABASE_* settings)")
+        if not isinstance(value, str):
+            return f"gives {key!r} more than once"
+        if key in ("ssl", "sslmode") and value not in SSL_MODES:
+            return f"{key} must be one of {', '.join(SSL_MODES)}"
+    return None
+
+
 def env_variable(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
@@ -534,6 +571,7 @@ MESSAGES = {
     "(unset GATEWAY_DATABASE_URL to use the embedded one, started from ./.gateway/postgres)",
     "jwt_algorithms": f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(JWT_ALGORITHMS)}; 'none' is never allowed",
     "llm_providers": "GATEWAY_LLM_PROVIDERS must be a JSON list of providers",
+    "log_level": "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR",
 }
 PATTERNS = {HTTP_URL: "an http(s) URL"}
 _PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
@@ -593,7 +631,8 @@ def _describe(info: mi.Type) -> str:
 
 
 FIELD_DOCS: dict[str, str] = {
-    "database_url": "PostgreSQL server: `postgresql+asyncpg://user@host/db`. Unset: the embedded PostgreSQL.",
+    "database_url": "PostgreSQL server: `postgresql+asyncpg://user@host/db`, with `?sslmode=` (libpq's modes) for "
+    "TLS and `?host=` for a socket folder. Unset: the embedded PostgreSQL.",
     "embedded_data_dir": "Without `GATEWAY_DATABASE_URL`: the data folder of the embedded PostgreSQL, which "
                          "`gateway` commands start (Unix socket only) and stop.",
     "database_pool_size": "Connections per process in the database pool.",

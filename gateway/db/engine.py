@@ -112,9 +112,8 @@ class Database:
             return self._driver_pool
         async with self._driver_pool_lock:
             if self._driver_pool is None:
-                url = self.engine.url.set(drivername="postgresql")
                 pool = await asyncpg.create_pool(
-                    url.render_as_string(hide_password=False),
+                    _driver_dsn(self.engine.url),
                     min_size=1,
                     max_size=self._driver_pool_size,
                     command_timeout=self._statement_timeout_s + 5,
@@ -194,7 +193,7 @@ def create_engine(settings: Settings) -> AsyncEngine:
             "an app built another way needs the URL"
         )
     engine = create_async_engine(
-        settings.database.url,
+        engine_url(settings.database.url),
         pool_size=settings.database.pool_size,
         max_overflow=0,
         pool_timeout=settings.database.pool_timeout_s,
@@ -216,6 +215,26 @@ def create_engine(settings: Settings) -> AsyncEngine:
     event.listen(engine.sync_engine, "handle_error", _drop_row_values)
     event.listen(engine.sync_engine, "handle_error", _refused_connection_is_unavailable)
     return engine
+
+
+def engine_url(url: str) -> sa.URL:
+    """libpq's ``sslmode`` as asyncpg's ``ssl``: SQLAlchemy hands the query's parameters to
+    ``asyncpg.connect`` as they are, and it takes the mode by that name."""
+    parsed = sa.make_url(url)
+    mode = parsed.query.get("sslmode")
+    if mode is None:
+        return parsed
+    return parsed.difference_update_query(["sslmode"]).update_query_dict({"ssl": mode})
+
+
+def _driver_dsn(url: sa.URL) -> str:
+    """The engine's URL as a DSN for asyncpg's own pool, whose DSN parser knows ``sslmode``
+    (and would send an unknown ``ssl`` to the server as a setting)."""
+    url = url.set(drivername="postgresql")
+    mode = url.query.get("ssl")
+    if mode is not None:
+        url = url.difference_update_query(["ssl"]).update_query_dict({"sslmode": mode})
+    return url.render_as_string(hide_password=False)
 
 
 def _drop_row_values(context: Any) -> None:

@@ -114,6 +114,8 @@ def read_tools_file(path: Path) -> Any:
     except (tomllib.TOMLDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ToolsFileError(f"tools file {path}: is not valid {suffix[1:].upper()}: {first}") from None
+    except RecursionError:  # both parsers recurse once per level of nesting
+        raise ToolsFileError(f"tools file {path}: nests arrays or tables too deeply to be read") from None
 
 
 def service_base_urls(settings: Settings) -> dict[str, str]:

@@ -282,3 +282,26 @@ def test_gateway_tenants_approval_mode_lets_the_operator_bypass_approvals_for_on
 
     unknown = gateway("tenants", "approval-mode", "acme", "no_such_tool", "never", GATEWAY_DATABASE_URL=seeded_pg_url)
     assert unknown.returncode == 1 and "no tool 'no_such_tool'" in unknown.stderr
+
+
+def test_a_libpq_sslmode_in_the_database_url_reaches_both_pools(empty_pg_url):
+    # Operators write libpq's sslmode; asyncpg.connect takes it as ssl (SQLAlchemy passes the
+    # query on as keyword arguments: sslmode was a TypeError on every connection).
+    url = f"{empty_pg_url}?sslmode=prefer"
+    done = gateway("migrate", GATEWAY_DATABASE_URL=url)
+    assert done.returncode == 0, done.stderr
+
+    async def both_pools() -> tuple[int, int]:
+        async with db.open_database(url) as database:
+            async with database.connect() as conn:
+                engine_answer = (await conn.execute(sa.text("SELECT 1"))).scalar_one()
+            async with database.driver() as conn:
+                driver_answer = await conn.fetchval("SELECT 2")
+        return engine_answer, driver_answer
+
+    assert asyncio.run(both_pools()) == (1, 2)
+    # This server speaks no TLS: requiring it is a refusal in one line, never a traceback.
+    refused = gateway("migrate", GATEWAY_DATABASE_URL=f"{empty_pg_url}?sslmode=require")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert "rejected SSL upgrade" in line

@@ -146,6 +146,26 @@ def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable()
         ("GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S", "nan",
          "GATEWAY_DATABASE_GROUP_COMMIT_OVERFLOW_AFTER_S must be a number at least 0 and at most 1"),
         ("GATEWAY_LLM_BASE_URL", "ftp://x", "GATEWAY_LLM_BASE_URL must be an http(s) URL"),
+        ("GATEWAY_SHUTDOWN_TIMEOUT_S", "inf", "GATEWAY_SHUTDOWN_TIMEOUT_S must be a finite number, not inf"),
+        ("GATEWAY_JWKS_TIMEOUT_S", "inf", "GATEWAY_JWKS_TIMEOUT_S must be a finite number, not inf"),
+        ("GATEWAY_TOOL_TIMEOUT_S", "nan", "GATEWAY_TOOL_TIMEOUT_S must be a number more than 0"),
+        ("GATEWAY_TOOL_TIMEOUT_S", "0", "GATEWAY_TOOL_TIMEOUT_S must be a number more than 0"),
+        ("GATEWAY_DATABASE_POOL_SIZE", "-1", "GATEWAY_DATABASE_POOL_SIZE must be an integer at least 1"),
+        ("GATEWAY_DATABASE_STATEMENT_TIMEOUT_S", "-1",
+         "GATEWAY_DATABASE_STATEMENT_TIMEOUT_S must be a number more than 0"),
+        ("GATEWAY_POLICY_CACHE_S", "-5", "GATEWAY_POLICY_CACHE_S must be a number at least 0"),
+        ("GATEWAY_LOG_LEVEL", "FOO", "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR"),
+        ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h:notaport/db",
+         "GATEWAY_DATABASE_URL is not a URL the driver can read (user@host:port/database)"),
+        ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h:99999/db",
+         "GATEWAY_DATABASE_URL names port 99999, which no server listens on"),
+        ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h/db?connect_timeout=5",
+         "GATEWAY_DATABASE_URL takes only the query parameters host, port, sslmode, ssl, not 'connect_timeout' "
+         "(timeouts and pool sizes are GATEWAY_DATABASE_* settings)"),
+        ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h/db?sslmode=on",
+         "GATEWAY_DATABASE_URL sslmode must be one of disable, allow, prefer, require, verify-ca, verify-full"),
+        ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h/db?ssl=require&ssl=disable",
+         "GATEWAY_DATABASE_URL gives 'ssl' more than once"),
     ],
 )
 def test_a_declared_bound_is_said_in_one_line_naming_the_variable(name, value, message):
@@ -190,3 +210,16 @@ def test_the_token_lifetime_cap_defaults_to_a_day_and_must_be_positive():
 def test_the_json_depth_limit_defaults_to_64_and_is_read_from_its_variable():
     assert Settings.from_env({}).requests.max_json_depth == 64
     assert Settings.from_env({"GATEWAY_MAX_JSON_DEPTH": "200"}).requests.max_json_depth == 200
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql+asyncpg://u@h/db?sslmode=verify-full", "postgresql+asyncpg://u@h:6432/db?ssl=require",
+     "postgresql+asyncpg://u@/db?host=/run/postgresql&port=5433"],
+)
+def test_tls_modes_and_socket_folders_are_database_urls_the_gateway_takes(url):
+    assert Settings.from_env({"GATEWAY_DATABASE_URL": url}).database.url == url
+
+
+def test_a_log_level_is_taken_in_any_case():
+    assert Settings.from_env({"GATEWAY_LOG_LEVEL": "debug"}).log.level == "debug"

@@ -156,6 +156,17 @@ def test_yaml_errors_name_the_entry_too(tmp_path: Path):
         load(tmp_path, yaml.safe_dump(data), "tools.yml")
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("tools.toml", "a = " + "[" * 5000 + "]" * 5000), ("tools.yaml", "a: " + "[" * 5000 + "]" * 5000),
+     ("tools.yml", "a: " + "{b: " * 5000 + "1" + "}" * 5000)],
+    ids=["toml-arrays", "yaml-flow-arrays", "yaml-flow-maps"],
+)
+def test_a_file_nested_past_what_its_parser_can_read_is_one_line_naming_it(tmp_path: Path, name, text):
+    with pytest.raises(ToolsFileError, match="nests arrays or tables too deeply"):
+        load(tmp_path, text, name)
+
+
 def test_only_toml_and_yaml_files_are_read(tmp_path: Path):
     with pytest.raises(ToolsFileError, match=r"\.toml, \.yaml or \.yml"):
         load(tmp_path, "{}", "tools.json")
