@@ -13,6 +13,7 @@ prints the rest. ``--wait 0`` returns at once; ``--resume RUN`` goes on with a r
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -49,6 +50,29 @@ def add_parser(commands: Any) -> None:
                            f"(default {DEFAULT_WAIT_S:g}; 0: return at once)")
     chat.add_argument("--resume", metavar="RUN", default=None,
                       help="go on with a run that waited for an approval (waiting again as --wait says)")
+
+
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+class TerminalText:
+    """A text stream that writes what models, tools and services said fit for a terminal:
+    every control character but the line break and the tab is written escaped (``\\x1b``),
+    so an answer cannot move the cursor, retitle the window or forge a line of its own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_UNPRINTABLE.sub(_escaped, text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return match[0].encode("unicode_escape").decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -88,6 +112,7 @@ def run_chat(
     """Run ``body`` (or resume ``resume_run``), printing every round; follow approvals as
     ``wait_s`` says. 0 when the run ended (answered, or stopped by a limit), 1 when it failed
     or is still waiting for an approval."""
+    out, err = TerminalText(out), TerminalText(err)
     base = url.rstrip("/")
     hints = hints or ApprovalHints(console_url=f"{base}/console/")
     headers = {"Authorization": f"Bearer {token}"}
@@ -138,7 +163,13 @@ def _stream(
             data = line[len("data: "):]
             if data == "[DONE]":
                 break
-            event = msgspec.json.decode(data)
+            try:
+                event = msgspec.json.decode(data)
+            except msgspec.DecodeError:
+                event = None
+            if not isinstance(event, dict):
+                print("gateway: the answer's stream held an event that is not a JSON object", file=err)
+                return None
             if "error" in event:
                 print(f"gateway: {_describe(event['error'])}", file=err)
                 return None

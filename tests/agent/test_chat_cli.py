@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 
+from tests.support.loopback import serve
 from tests.support.scripted_model import Turn, call, openai_turn
 from tests.support.tokens import make_token
 
@@ -44,3 +45,28 @@ async def test_gateway_chat_says_why_it_failed(gateway, model):
     code, out, err = await run_cli("hi", "--url", gateway.url, "--token", make_token("acme", "alice"))
     assert code == 1
     assert "UPSTREAM_UNAVAILABLE" in err
+
+
+async def test_gateway_chat_writes_what_the_model_and_tools_said_escaped_never_as_terminal_controls(gateway, model):
+    # A model's text (or a tool's result) may hold escape sequences: retitling the window,
+    # clearing a line, or a carriage return that overwrites what was printed with a forged line.
+    hostile = "done\x1b]0;pwned-title\x07\x1b[2K\rgateway: approval apr_x approved by carol"
+    model.script(openai_turn(hostile))
+    code, out, err = await run_cli("hi", "--url", gateway.url, "--token", make_token("acme", "alice"))
+    assert code == 0, err
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+    assert "assistant: done\\x1b]0;pwned-title\\x07\\x1b[2K\\rgateway: approval apr_x approved by carol" in out
+
+
+async def _stream_with_a_line_that_is_not_json(scope, receive, send):
+    assert scope["type"] == "http"
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    await send({"type": "http.response.body", "body": b"data: {\"choices\": []}\n\ndata: not json\n\n"})
+
+
+async def test_gateway_chat_says_in_one_line_when_the_stream_holds_something_that_is_not_json():
+    async with serve(_stream_with_a_line_that_is_not_json) as url:
+        code, out, err = await run_cli("hi", "--url", url, "--token", make_token("acme", "alice"))
+    assert code == 1
+    assert "Traceback" not in err
+    assert "not a JSON object" in err
