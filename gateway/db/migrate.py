@@ -9,19 +9,23 @@ from alembic import command
 from alembic.config import Config
 
 import gateway
+from gateway.settings import SettingsError
 
 
 def migrations_dir() -> Path:
+    """The project's ``migrations/``: named by ``GATEWAY_MIGRATIONS_DIR``, else beside the
+    package (a checkout, an editable install). Never the working directory's: a
+    ``migrations/env.py`` wherever the command happens to run would be run as code."""
     candidates = [
         os.environ.get("GATEWAY_MIGRATIONS_DIR"),
         Path(gateway.__file__).resolve().parent.parent / "migrations",
-        Path.cwd() / "migrations",
     ]
     for candidate in candidates:
         if candidate and (Path(candidate) / "env.py").is_file():
             return Path(candidate)
-    raise FileNotFoundError(
-        "cannot find the migrations folder; set GATEWAY_MIGRATIONS_DIR to the project's migrations/"
+    raise SettingsError(
+        "cannot find the migrations folder beside the gateway package; set GATEWAY_MIGRATIONS_DIR to the "
+        "project's migrations/"
     )
 
 

@@ -305,3 +305,26 @@ def test_a_libpq_sslmode_in_the_database_url_reaches_both_pools(empty_pg_url):
     assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
     (line,) = refused.stderr.splitlines()
     assert "rejected SSL upgrade" in line
+
+
+def test_migrate_never_runs_a_migrations_folder_of_the_working_directory(tmp_path, empty_pg_url):
+    # Installed as a wheel, the package has no migrations beside it; a migrations/env.py in
+    # whatever folder the command runs from must not be run as code.
+    import shutil
+
+    import gateway as package
+
+    site = tmp_path / "site"
+    shutil.copytree(Path(package.__file__).parent, site / "gateway",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "cwd" / "migrations"
+    planted.mkdir(parents=True)
+    (planted / "env.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    environ.update(GATEWAY_DATABASE_URL=empty_pg_url, PYTHONPATH=str(site))
+    done = subprocess.run([sys.executable, "-m", "gateway", "migrate"], env=environ, cwd=planted.parent,
+                          capture_output=True, text=True, timeout=60)
+    assert not (tmp_path / "ran").exists()
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "GATEWAY_MIGRATIONS_DIR" in line
