@@ -102,8 +102,7 @@ class Federation:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for upstream in self._upstreams.values():
-            await upstream.close()
+        await asyncio.gather(*(upstream.close() for upstream in self._upstreams.values()))
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -128,13 +127,13 @@ class Federation:
                     listed = await upstream.list_tools()
                 except (MCPError, httpx2.HTTPError):
                     # The session may be one the server forgot (it restarted): once more, on a new one.
-                    await upstream.drop()
+                    upstream.drop()
                     listed = await upstream.list_tools()
         except _LISTING_FAILURES as exc:
             reason = exc.reason if isinstance(exc, SessionUnavailable) else describe_failure(exc)
             if isinstance(exc, TimeoutError):
                 reason = f"no tool list within {self._list_timeout_s:g} s"
-            await upstream.drop()
+            upstream.drop()
             self._registry.replace_source(source_of(server.name), [])
             if self._down.get(server.name) != reason:
                 log.warning("mcp_server_unavailable", server=server.name, reason=reason)

@@ -5,15 +5,19 @@ in a task of its own, because the SDK's transport and session are scopes that mu
 by the task that entered them. Calls and listings use it from any task. A session that
 failed (the server went away, forgot it, answered nonsense) is dropped; the next listing or
 call opens a new one.
+
+Nothing waits on a server unbounded: opening is bounded by the open timeout and by the
+caller's own deadline, and a dropped session's task ends it upstream in the background,
+within the open timeout too. A server that drips its answers defeats the HTTP client's read
+timeout, so these bounds are the task's, not the client's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
 import structlog
@@ -29,6 +33,8 @@ log = structlog.get_logger("gateway.mcp.upstream")
 MAX_LIST_PAGES = 20
 """Most pages of ``tools/list`` read in one refresh: a server that pages forever cannot stall it."""
 CLIENT_INFO = types.Implementation(name="gateway", version="1")
+CLOSE_GRACE_S = 1.0
+"""What a session task may take past its own bound to end once cancelled (at shutdown)."""
 
 
 class SessionUnavailable(Exception):
@@ -48,6 +54,8 @@ class UpstreamSession:
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Every session task not yet ended: the current one and those still closing."""
 
     async def session(self) -> ClientSession:
         session = self._session
@@ -56,47 +64,55 @@ class UpstreamSession:
         async with self._lock:
             if self._session is not None and self._task is not None and not self._task.done():
                 return self._session
-            await self._close_locked()
+            self.drop()
             return await self._open_locked()
 
     async def _open_locked(self) -> ClientSession:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[ClientSession] = loop.create_future()
         stop = asyncio.Event()
+        scope = anyio.CancelScope()
         # A context of its own: the session's requests (initialize, its event stream) must never
         # carry the identity of the call that happened to open it.
-        task = loop.create_task(self._hold(ready, stop), name=f"mcp-session-{self.spec.name}",
+        task = loop.create_task(self._hold(ready, stop, scope), name=f"mcp-session-{self.spec.name}",
                                 context=contextvars.Context())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         try:
             async with asyncio.timeout(self._open_timeout_s):
                 session = await asyncio.shield(ready)
-        except TimeoutError:
-            stop.set()
-            task.cancel()
-            await _settle(task)
-            raise SessionUnavailable(f"no answer to initialize within {self._open_timeout_s:g} s") from None
-        except BaseException:
-            # Failed, or the caller was cancelled (its own timeout): no session task outlives this.
-            stop.set()
-            task.cancel()
-            await _settle(task)
+        except BaseException as exc:
+            # Failed, timed out, or the caller was cancelled (its own timeout): the task is
+            # cancelled, never waited for, so nobody holding the lock waits on the server.
+            scope.cancel()
+            ready.cancel()  # nobody reads it any more
+            if isinstance(exc, TimeoutError):
+                raise SessionUnavailable(f"no answer to initialize within {self._open_timeout_s:g} s") from None
             raise
         self._session, self._task, self._stop = session, task, stop
         return session
 
-    async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event) -> None:
+    async def _hold(self, ready: asyncio.Future[ClientSession], stop: asyncio.Event, scope: anyio.CancelScope) -> None:
         GATEWAY_AUDIENCE.set(self.spec.audience)
         try:
-            async with streamable_http_client(
-                self.spec.url, http_client=self._client, max_sse_event_size=LIST_RESPONSE_LIMIT
-            ) as (read, write):
-                async with ClientSession(
-                    read, write, read_timeout_seconds=self._open_timeout_s, client_info=CLIENT_INFO
-                ) as session:
-                    await session.initialize()
-                    if not ready.done():
-                        ready.set_result(session)
-                    await stop.wait()
+            # Cancelling an anyio scope cancels every later wait in it too: a plain task.cancel()
+            # lands once, and the transport's clean-up (its DELETE) would then wait unbounded.
+            with scope:
+                async with streamable_http_client(
+                    self.spec.url, http_client=self._client, max_sse_event_size=LIST_RESPONSE_LIMIT
+                ) as (read, write):
+                    async with ClientSession(
+                        read, write, read_timeout_seconds=self._open_timeout_s, client_info=CLIENT_INFO
+                    ) as session:
+                        try:
+                            await session.initialize()
+                            if not ready.done():
+                                ready.set_result(session)
+                            await stop.wait()
+                        finally:
+                            # Leaving is bounded: the HTTP client's read timeout never fires
+                            # against a server that answers the DELETE one byte at a time.
+                            scope.deadline = anyio.current_time() + self._open_timeout_s
         except asyncio.CancelledError:
             if not ready.done():
                 ready.set_exception(SessionUnavailable("the session was closed while opening"))
@@ -124,34 +140,21 @@ class UpstreamSession:
                 break
         return tools
 
-    async def drop(self) -> None:
-        """Forget the session (it failed): the next use opens a new one."""
-        async with self._lock:
-            await self._close_locked()
+    def drop(self) -> None:
+        """Forget the session (it failed): the next use opens a new one. Its task ends it in
+        the background, within the open timeout; nothing waits for it."""
+        if self._stop is not None:
+            self._stop.set()
+        self._session = self._task = self._stop = None
 
     async def close(self) -> None:
-        await self.drop()
-
-    async def _close_locked(self) -> None:
-        task, stop = self._task, self._stop
-        self._session = self._task = self._stop = None
-        if task is None:
+        """Ends every session task of this server, waiting for them no longer than they may take."""
+        self.drop()
+        if not self._tasks:
             return
-        if stop is not None:
-            stop.set()
-        try:
-            async with asyncio.timeout(self._open_timeout_s):
-                await asyncio.shield(task)
-        except TimeoutError:
+        _, pending = await asyncio.wait(self._tasks, timeout=self._open_timeout_s + CLOSE_GRACE_S)
+        for task in pending:
             task.cancel()
-            await _settle(task)
-        except BaseException:  # noqa: BLE001 - the task's own failure was logged by it
-            pass
-
-
-async def _settle(task: asyncio.Task[Any]) -> None:
-    with contextlib.suppress(BaseException):
-        await task
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -125,20 +125,21 @@ class McpToolHandler:
                 ctx.principal, audience=self._server.audience, run_id=ctx.run_id, tool_call_id=ctx.tool_call_id
             ),
             response_limit=call_response_limit(max_result_bytes),
+            timeout_s=ctx.timeout_s or self._spec.timeout_s,
             headers=self._headers(ctx),
         )
         started = time.perf_counter()
         token = CURRENT_CALL.set(scope)
         try:
             try:
-                result = await (await self._upstream.session()).call_tool(self._spec.upstream_name, dict(arguments))
+                result = await self._call(arguments, scope)
             except MCPError as exc:
                 if exc.message != _FORGOTTEN:
                     raise
                 # The server no longer knows the session (it restarted) and refused the request
                 # unread: once more, on a new session.
-                await self._upstream.drop()
-                result = await (await self._upstream.session()).call_tool(self._spec.upstream_name, dict(arguments))
+                self._upstream.drop()
+                result = await self._call(arguments, scope)
         except SessionUnavailable as exc:
             raise self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                reason=exc.reason) from None
@@ -148,7 +149,7 @@ class McpToolHandler:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             raise ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.") from None
         except (httpx2.HTTPError, httpx2.StreamError, ValidationError, RuntimeError) as exc:
-            await self._upstream.drop()
+            self._upstream.drop()
             raise self._failed("mcp_call_failed", "The MCP server answered in a way this tool does not expect.",
                                started, retryable=False, error_type=type(exc).__name__) from None
         finally:
@@ -158,6 +159,11 @@ class McpToolHandler:
                                started, retryable=False, problem="not_a_tool_result")
         log.debug("mcp_call_finished", **self._log_fields, is_error=result.is_error, duration_ms=elapsed_ms(started))
         return self._result(result, started)
+
+    async def _call(self, arguments: Mapping[str, Any], scope: CallScope) -> types.CallToolResult:
+        session = await self._upstream.session()
+        # The call's own timeout, not the session's (the listing timeout, for initialize and tools/list).
+        return await session.call_tool(self._spec.upstream_name, dict(arguments), read_timeout_seconds=scope.timeout_s)
 
     def _headers(self, ctx: ToolContext) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -176,7 +182,7 @@ class McpToolHandler:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             return ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.")
         if exc.code == _CONNECTION_CLOSED or exc.message in _SESSION_LOST:
-            await self._upstream.drop()
+            self._upstream.drop()
             return self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                 mcp_code=exc.code)
         # The upstream's own words go to the log (cut), never to the model.

@@ -37,6 +37,9 @@ class CallScope:
 
     authorization: str
     response_limit: int
+    timeout_s: float | None = None
+    """The call's timeout, also the read timeout of its requests (a tenant's policy may set it
+    above the client's own)."""
     headers: dict[str, str] = field(default_factory=dict)
     oversized: bool = False
 
@@ -85,6 +88,8 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             request.headers["authorization"] = scope.authorization
             request.headers.update(scope.headers)
             limit = scope.response_limit
+            if scope.timeout_s is not None:
+                request.extensions["timeout"] = {**request.extensions.get("timeout", {}), "read": scope.timeout_s}
         else:
             request.headers["authorization"] = self._gateway_authorization(GATEWAY_AUDIENCE.get())
             limit = LIST_RESPONSE_LIMIT

@@ -1,0 +1,237 @@
+"""MCP upstreams that try to hold the gateway: a server that forgets the session, then hangs the
+next ``initialize`` and drips its answer to the session's DELETE (``tests.support.hostile_mcp``),
+and a tool slower than the listing timeout. The session on its own, and the gateway end to end
+(create_app under uvicorn, over a real PostgreSQL), all on loopback ports."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+
+from gateway.app import create_app
+from gateway.mcp.upstream.config import parse_mcp_servers
+from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession
+from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, upstream_client
+from tests.conftest import _admin
+from tests.integration.http_env import Caller, seed_with_grants
+from tests.support.app import make_settings
+from tests.support.hostile_mcp import HostileMcp
+from tests.support.loopback import ServerThread, loopback_socket
+from tests.support.logs import CapturedLogs
+from tests.support.mcp_upstream import McpUpstream, UpstreamState
+from tests.support.tokens import SERVICE_SIGNING_KEY, auth_for
+
+BOUND_S = 10.0
+"""Far less than the hostile server holds a request (its DELETE answer alone takes days), far
+more than any timeout configured here."""
+WAIT_S = 20.0
+
+TOOLS_TOML = """
+[mcp_servers.hostile]
+url = "{hostile_url}"
+include = ["echo", "wait"]
+
+[mcp_servers.hostile.tools.echo]
+name = "hostile_echo"
+permission = "notes:read"
+timeout_s = 1.5
+
+[mcp_servers.hostile.tools.wait]
+name = "hostile_wait"
+permission = "notes:read"
+timeout_s = 8
+
+[mcp_servers.notes]
+url = "{notes_url}"
+include = ["whoami"]
+
+[mcp_servers.notes.tools.whoami]
+name = "notes_whoami"
+permission = "notes:read"
+"""
+
+LIST_TIMEOUT_S = 2.0
+GRANTS = {role: frozenset({"notes:read"}) for role in ("member", "editor", "admin")}
+
+
+async def ends_within(seconds: float, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """``work`` as a task, once it ended: waiting needs no cancellation, which the code under test might swallow."""
+    task = asyncio.create_task(work)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    assert done, f"still running after {seconds} s"
+    return task
+
+
+async def eventually(check: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT_S} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+# The session on its own.
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileMcp]:
+    with HostileMcp() as server:
+        yield server
+
+
+@asynccontextmanager
+async def session_for(
+    url: str, *, open_timeout_s: float, client_timeout_s: float = 5
+) -> AsyncIterator[UpstreamSession]:
+    (spec,) = parse_mcp_servers(
+        {"hostile": {"url": url, "include": ["echo"], "tools": {"echo": {"permission": "notes:read"}}}},
+        where="test", default_timeout_s=5, default_max_result_bytes=1000, taken=set(),
+    )
+    client = upstream_client(gateway_authorization=lambda aud: "Bearer the-gateway", timeout_s=client_timeout_s,
+                             connect_timeout_s=1, max_connections=8, max_keepalive_connections=2)
+    upstream_session = UpstreamSession(spec, client, open_timeout_s=open_timeout_s)
+    try:
+        yield upstream_session
+    finally:
+        await (await ends_within(BOUND_S, upstream_session.close()))
+        await client.aclose()
+
+
+async def test_a_caller_cancelled_while_a_session_opens_is_cancelled_at_once_and_holds_nobody(hostile: HostileMcp):
+    hostile.mode = "forget_then_hang"
+    async with session_for(hostile.url, open_timeout_s=30) as upstream_session:
+        async def open_under_a_deadline() -> None:
+            async with asyncio.timeout(0.5):
+                await upstream_session.session()
+
+        with pytest.raises(TimeoutError):  # the caller's own deadline, not swallowed
+            await (await ends_within(BOUND_S, open_under_a_deadline()))
+        hostile.mode = "normal"
+        listed = await (await ends_within(BOUND_S, upstream_session.list_tools()))
+    assert {tool.name for tool in listed} == {"echo", "wait"}
+
+
+async def test_a_session_that_hangs_initialize_and_drips_its_delete_is_unavailable_within_the_open_timeout(
+    hostile: HostileMcp,
+):
+    hostile.mode = "forget_then_hang"
+    async with session_for(hostile.url, open_timeout_s=1) as upstream_session:
+        with pytest.raises(SessionUnavailable):
+            await (await ends_within(BOUND_S, upstream_session.list_tools()))
+        assert "initialize" in hostile.seen
+        hostile.mode = "normal"
+        listed = await (await ends_within(BOUND_S, upstream_session.list_tools()))
+    assert {tool.name for tool in listed} == {"echo", "wait"}
+
+
+async def test_a_call_reads_its_answer_for_as_long_as_its_own_timeout_not_the_clients(hostile: HostileMcp):
+    async with session_for(hostile.url, open_timeout_s=5, client_timeout_s=1) as upstream_session:
+        token = CURRENT_CALL.set(CallScope(authorization="Bearer alice", response_limit=100_000, timeout_s=6))
+        try:
+            session = await upstream_session.session()
+            result = await session.call_tool("wait", {"ms": 2000}, read_timeout_seconds=6)
+        finally:
+            CURRENT_CALL.reset(token)
+    assert result.content[0].text == "waited"
+
+
+# The gateway, end to end.
+
+
+@dataclass
+class Env:
+    gateway_url: str
+    hostile: HostileMcp
+    notes: UpstreamState
+
+
+@pytest.fixture(scope="module")
+def env(request: pytest.FixtureRequest) -> Iterator[Env]:
+    postgres = request.getfixturevalue("postgres")
+    template = request.getfixturevalue("pg_template")
+    name = f"gw_mcp_hostile_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    _admin(postgres, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    logs = CapturedLogs()
+    logs.install()
+    try:
+        database_url = postgres.sqlalchemy_url(name)
+        asyncio.run(seed_with_grants(database_url, GRANTS))
+        gateway_sock = loopback_socket()
+        jwks_url = f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/.well-known/jwks.json"
+        notes_state = UpstreamState(jwks_url=jwks_url, audience="notes")
+        tools_file = request.getfixturevalue("tmp_path_factory").mktemp("mcp") / "tools.toml"
+        with HostileMcp() as hostile, McpUpstream(notes_state) as notes:
+            tools_file.write_text(TOOLS_TOML.format(hostile_url=hostile.url, notes_url=notes.url))
+            settings = make_settings(
+                database_url,
+                tools_file=str(tools_file),
+                service_signing_key=SERVICE_SIGNING_KEY,
+                mcp_refresh_s=0.5,
+                mcp_list_timeout_s=LIST_TIMEOUT_S,
+            )
+            with ServerThread(create_app(settings), gateway_sock) as gateway:
+                yield Env(gateway_url=gateway.url, hostile=hostile, notes=notes_state)
+    finally:
+        structlog.reset_defaults()
+        _admin(postgres, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def gw(env: Env) -> AsyncIterator[Caller]:
+    async with httpx.AsyncClient(base_url=env.gateway_url, timeout=60) as client:
+        yield Caller(client)
+
+
+async def hostile_served(gw: Caller) -> bool:
+    readiness = (await gw.client.get("/readyz")).json()
+    tools = (await gw.client.get("/v1/tools", headers=auth_for("alice"))).json()["tools"]
+    return (not any(p["component"] == "mcp_server:hostile" for p in readiness.get("degraded", []))
+            and any(t["function"]["name"] == "hostile_echo" for t in tools))
+
+
+async def test_a_tool_slower_than_the_list_timeout_answers_within_its_own_timeout(env: Env, gw: Caller):
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    result = await gw.call("hostile_wait", {"ms": int(LIST_TIMEOUT_S * 1000) + 1500})
+    assert result["ok"] is True, result
+    assert result["result"] == "waited"
+
+
+async def test_an_upstream_that_forgets_the_session_then_hangs_holds_no_call_past_its_timeout_nor_any_other(
+    env: Env, gw: Caller
+):
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    assert (await gw.call("hostile_echo", {"text": "before"}))["result"] == "before"
+
+    env.hostile.mode = "forget_then_hang"
+    try:
+        call = await ends_within(BOUND_S, gw.call("hostile_echo", {"text": "held"}))
+        assert call.result()["error"]["code"] == "TOOL_TIMEOUT", call.result()
+
+        listings = env.notes.methods.count("tools/list")
+
+        async def others_refreshed() -> bool:
+            return env.notes.methods.count("tools/list") >= listings + 2
+
+        await eventually(others_refreshed, "the other server is still listed while this one hangs")
+
+        async def named_unavailable() -> bool:
+            readiness = (await gw.client.get("/readyz")).json()
+            return any(p["component"] == "mcp_server:hostile" for p in readiness.get("degraded", []))
+
+        await eventually(named_unavailable, "/readyz names the hanging server")
+    finally:
+        env.hostile.mode = "normal"
+
+    await eventually(lambda: hostile_served(gw), "the server's tools are back once it behaves")
+    other_tenant = await gw.call("hostile_echo", {"text": "after"}, user="bob", tenant="globex")
+    assert other_tenant["ok"] is True and other_tenant["result"] == "after", other_tenant
