@@ -742,9 +742,11 @@ FIELD_DOCS: dict[str, str] = {
     "dead-lettered; a manual retry starts a new window.",
     "webhook_retry_base_s": "First retry delay of a webhook delivery in seconds, doubled each attempt (with jitter).",
     "webhook_retry_max_s": "Longest delay between two attempts of a webhook delivery, in seconds.",
-    "webhook_interval_s": "Seconds between the webhook worker's rounds in each process (claim and send due "
-    "deliveries, mark expired approvals); `0` turns the process's worker off.",
-    "webhook_batch_size": "Most webhook deliveries one process claims and sends in one round.",
+    "webhook_interval_s": "Seconds the webhook worker of each process waits before it looks again for due "
+    "deliveries when it has a free slot (and between its sweeps for expired approvals); `0` turns the "
+    "process's worker off.",
+    "webhook_batch_size": "Most webhook deliveries one process sends at once; a slot is claimed again as soon "
+    "as its delivery ends, tenants taking turns.",
     "webhook_lease_s": "Seconds a claimed webhook delivery is reserved for its process; after that another may "
     "send it again (a process that died mid-send).",
     "mcp_refresh_s": "Seconds between two listings of the tools of each MCP server of the tools file "

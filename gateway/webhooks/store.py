@@ -109,13 +109,21 @@ async def work_to_do(conn: AsyncConnection, *, now: datetime) -> tuple[bool, boo
 
 _CLAIM = sa.text(
     """
+    WITH queue AS (
+        SELECT tenant_id, id, next_attempt_at <= :now AS due,
+               ROW_NUMBER() OVER (PARTITION BY tenant_id
+                                  ORDER BY next_attempt_at > :now DESC, next_attempt_at, id) AS turn
+          FROM webhook_deliveries
+         WHERE state = 'in_flight' OR (state = 'pending' AND next_attempt_at <= :now)
+    )
     UPDATE webhook_deliveries AS d
        SET state = 'in_flight', attempts = d.attempts + 1, next_attempt_at = :lease_until, last_attempt_at = :now
-      FROM (SELECT tenant_id, id, subscription_id, created_at FROM webhook_deliveries
-             WHERE state IN ('pending', 'in_flight') AND next_attempt_at <= :now
-             ORDER BY next_attempt_at
+      FROM (SELECT w.tenant_id, w.id, w.subscription_id, w.created_at
+              FROM queue JOIN webhook_deliveries AS w ON w.tenant_id = queue.tenant_id AND w.id = queue.id
+             WHERE queue.due AND w.state IN ('pending', 'in_flight') AND w.next_attempt_at <= :now
+             ORDER BY queue.turn, w.next_attempt_at
              LIMIT :limit
-               FOR UPDATE SKIP LOCKED) AS due,
+               FOR UPDATE OF w SKIP LOCKED) AS due,
            webhook_subscriptions AS s
      -- each due row by its key and its subscription's index's (see _claimed)
      WHERE d.tenant_id = due.tenant_id AND d.id = due.id
@@ -126,7 +134,14 @@ _CLAIM = sa.text(
     """
 )
 """Due deliveries (pending and due, or in flight past their lease: a process died mid-send)
-become this process's for ``lease``; committed before anything is sent."""
+become this process's for ``lease``; committed before anything is sent.
+
+Tenants take turns: each tenant's due deliveries are ranked after those it has in flight
+under a live lease (in any process), oldest first, and the lowest ranks are claimed first. So
+a tenant with a delivery due goes ahead of another tenant's backlog, however old, and of the
+retries to its receivers that never answer. Locked rows are skipped and the next ranked taken
+(two processes never claim the same row); a row another process claimed since this
+statement's snapshot fails the re-check of its due condition under the lock."""
 
 
 async def claim_due(conn: AsyncConnection, *, now: datetime, lease: timedelta, limit: int) -> list[Any]:

@@ -33,7 +33,8 @@ class UrlRefused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A checked URL: its host as named, and whether the allow-list covers it."""
+    """A checked URL: its host as sent (an internationalised name in punycode), and whether the
+    allow-list covers it."""
 
     url: httpx.URL
     host: str
@@ -82,16 +83,24 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
         raise UrlRefused("The URL cannot be parsed.") from None
     if parsed.scheme not in ("https", "http"):
         raise UrlRefused("The URL must use https.")
-    host = parsed.host.lower()
+    try:
+        name = parsed.host.lower()  # decodes its punycode (xn--) labels
+    except ValueError:  # idna.IDNAError: a malformed label
+        raise UrlRefused("The URL's host is not a valid name.") from None
+    # The name as it goes on the wire (punycode): what is resolved, sent in TLS and in Host.
+    host = parsed.raw_host.decode("ascii").lower()
     if not host:
         raise UrlRefused("The URL has no host.")
+    if not _valid_name(host):
+        raise UrlRefused("The URL's host is not a valid name.")
     if parsed.userinfo:
         raise UrlRefused("The URL must not carry credentials.")
     if parsed.fragment:
         raise UrlRefused("The URL must not have a fragment.")
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
         raise UrlRefused("The URL's port must be between 1 and 65535.")
-    allow_listed = host in _normalised_hosts(allowed_hosts)
+    allowed = _normalised_hosts(allowed_hosts)
+    allow_listed = host in allowed or name in allowed
     if parsed.scheme != "https" and not allow_listed:
         raise UrlRefused("The URL must use https (plain http only for hosts in GATEWAY_WEBHOOK_ALLOWED_HOSTS).")
     if not allow_listed:
@@ -104,6 +113,12 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
         if literal is None and (host == "localhost" or host.endswith((".localhost", ".local", ".internal"))):
             raise UrlRefused("The URL names a local host.")
     return Target(url=parsed, host=host, allow_listed=allow_listed)
+
+
+def _valid_name(host: str) -> bool:
+    """DNS's limits: labels of 1 to 63 characters, 253 in all (a trailing dot aside)."""
+    labels = host.removesuffix(".").split(".")
+    return len(host.removesuffix(".")) <= 253 and all(1 <= len(label) <= 63 for label in labels)
 
 
 async def resolve_checked(target: Target, *, timeout_s: float) -> str:

@@ -1,18 +1,18 @@
 """The delivery worker: every gateway process sends the outbox, taking turns row by row.
 
-A round claims up to ``GATEWAY_WEBHOOK_BATCH_SIZE`` due deliveries in one committed
-statement (``FOR UPDATE SKIP LOCKED``: two processes never claim the same row), marking each
-in flight with a lease; then it sends them, with no transaction open, and records each
-attempt: delivered (a 2xx answer), or due again after an exponential backoff with jitter,
-or dead-lettered once the next attempt would fall past the retry window. A process that dies
-mid-send leaves its rows in flight until their lease runs out; then any process sends them
-again. So every event is delivered at least once, every attempt with the same
-``webhook-id``, for the receiver to de-duplicate.
+A process sends up to ``GATEWAY_WEBHOOK_BATCH_SIZE`` deliveries at once and claims more as
+each one ends, in one committed statement (``FOR UPDATE SKIP LOCKED``: two processes never
+claim the same row) in which tenants take turns, marking each in flight with a lease. It
+sends them with no transaction open and records each attempt: delivered (a 2xx answer), or
+due again after an exponential backoff with jitter, or dead-lettered once the next attempt
+would fall past the retry window. A process that dies mid-send leaves its rows in flight
+until their lease runs out; then any process sends them again. So every event is delivered
+at least once, every attempt with the same ``webhook-id``, for the receiver to de-duplicate.
 
 Each attempt follows the outbound rules again (``gateway.webhooks.urls``): the host's
 addresses are resolved and checked, the request goes to the checked address, redirects are
 not followed, the whole attempt has one deadline, and at most a few KB of the answer are
-read. A round also marks the approvals that expired by time, so their trigger announces
+read. The worker also marks the approvals that expired by time, so their trigger announces
 ``approval.expired`` (``store.expire_due_approvals``).
 """
 
@@ -63,6 +63,7 @@ class WebhookWorker:
         self._settings = settings
         self._base_url = public_base_url or settings.public_base_url
         self._task: asyncio.Task[None] | None = None
+        self._next_sweep = 0.0
         # Its own client: no connection is kept for reuse (a receiver's late bytes can never
         # become the next delivery's answer), redirects are not followed, no proxy from the
         # environment.
@@ -77,22 +78,29 @@ class WebhookWorker:
     # -- one round --------------------------------------------------------------------------
 
     async def run_once(self) -> int:
-        """Mark expired approvals, then claim and send one batch; the number claimed."""
-        now = datetime.now(UTC)
-        async with self._db.connect() as conn:
-            due, watches_expiry = await store.work_to_do(conn, now=now)
-        if watches_expiry:
-            await self._expire_approvals()
-            due = True  # what the sweep expired may be due now
-        if not due:
-            return 0
-        async with self._db.begin() as conn:
-            claimed = await store.claim_due(
-                conn, now=now, lease=timedelta(seconds=self._settings.lease_s), limit=self._settings.batch_size
-            )
+        """One round, waited for: mark expired approvals, then claim a batch and send it; the
+        number claimed."""
+        claimed = await self._claim(self._settings.batch_size)
         if claimed:
             await asyncio.gather(*(self._deliver(row) for row in claimed))
         return len(claimed)
+
+    async def _claim(self, limit: int) -> list[Any]:
+        """Up to ``limit`` due deliveries, claimed (``store.claim_due``: tenants take turns),
+        after the expiry sweep (at most once an interval)."""
+        now = datetime.now(UTC)
+        async with self._db.connect() as conn:
+            due, watches_expiry = await store.work_to_do(conn, now=now)
+        if watches_expiry and time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + self._settings.interval_s
+            await self._expire_approvals()
+            due = True  # what the sweep expired may be due now
+        if not due:
+            return []
+        async with self._db.begin() as conn:
+            return await store.claim_due(
+                conn, now=now, lease=timedelta(seconds=self._settings.lease_s), limit=limit
+            )
 
     async def _expire_approvals(self) -> None:
         try:
@@ -208,16 +216,27 @@ class WebhookWorker:
             self._task = asyncio.create_task(self._loop(), name="webhook-worker")
 
     async def _loop(self) -> None:
-        while True:
-            claimed = 0
-            try:
-                claimed = await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the next round tries again; the rows' leases keep them safe
-                log.exception("webhook_round_failed")
-            if claimed < self._settings.batch_size:
-                await asyncio.sleep(self._settings.interval_s)
+        """Up to ``batch_size`` deliveries on their way at once, a slot claimed again as soon as
+        one ends: a receiver that never answers holds its slot for one timeout, not the others."""
+        sending: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                free = self._settings.batch_size - len(sending)
+                claimed: list[Any] = []
+                try:
+                    claimed = await self._claim(free) if free else []
+                except Exception:  # the next round tries again; the rows' leases keep them safe
+                    log.exception("webhook_round_failed")
+                sending.update(asyncio.create_task(self._deliver(row)) for row in claimed)
+                if sending and len(claimed) == free:  # every slot busy, and more may be due
+                    await asyncio.wait(sending, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(self._settings.interval_s)
+                sending = {task for task in sending if not task.done()}
+        finally:
+            for task in sending:
+                task.cancel()
+            await asyncio.gather(*sending, return_exceptions=True)
 
     async def stop(self) -> None:
         if self._task is not None:

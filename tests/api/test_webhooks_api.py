@@ -111,6 +111,22 @@ async def test_urls_breaking_the_outbound_rules_are_refused_with_a_stable_code(p
     assert (await pg_client.get("/v1/admin/webhooks", headers=CAROL)).json() == {"items": []}
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://xn--zz/",
+        "https://xn--/",
+        "https://xn--a-ecp.ru/hook",
+        "https://XN--ZZ.example.com/hook",
+        "https://" + "a" * 64 + ".example.com/hook",
+    ],
+)
+async def test_a_host_that_is_not_a_valid_name_is_refused_not_an_internal_error(pg_client, url):
+    error = assert_error(await _create(pg_client, url), 400, "WEBHOOK_URL_REFUSED")
+    assert error["message"] == "The URL's host is not a valid name."
+    assert (await pg_client.get("/v1/admin/webhooks", headers=CAROL)).json() == {"items": []}
+
+
 async def test_loopback_over_http_is_refused_unless_allow_listed(pg_client):
     assert_error(await _create(pg_client, "http://127.0.0.1:9/hook"), 400, "WEBHOOK_URL_REFUSED")
 

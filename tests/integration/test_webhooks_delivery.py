@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
-from gateway.db.models import Approval, Run, ToolCall, WebhookDelivery
+from gateway.db.models import Approval, Run, ToolCall, WebhookDelivery, WebhookSubscription
 from gateway.settings import WebhookSettings
 from gateway.webhooks.service import WebhookService
 from gateway.webhooks.worker import WebhookWorker
@@ -24,6 +24,7 @@ approvals = Approval.__table__
 runs = Run.__table__
 tool_calls = ToolCall.__table__
 deliveries = WebhookDelivery.__table__
+subscriptions = WebhookSubscription.__table__
 
 FAST = dict(allowed_hosts=("127.0.0.1",), timeout_s=2.0, retry_base_s=0.01, retry_max_s=0.02, interval_s=0,
             lease_s=30.0)
@@ -240,6 +241,24 @@ async def test_an_address_no_longer_allow_listed_is_refused_at_delivery(db):
         assert receiver.requests == []
     (row,) = await outbox(db)
     assert (row.state, row.last_error) == ("pending", "url_refused")
+
+
+async def test_a_stored_url_whose_host_is_not_a_valid_name_is_refused_at_delivery(db, logs):
+    """A webhook stored before its URL's host was checked (a malformed punycode label) fails
+    each attempt as url_refused, not as an unexpected error."""
+    created = await subscribe(db, "https://hooks.example.com/x", ["approval.created"])
+    async with db.begin() as conn:
+        await conn.execute(sa.update(subscriptions).where(subscriptions.c.id == created.subscription.id)
+                           .values(url="https://xn--zz/hook"))
+        await insert_approval(conn)
+    worker = worker_for(db)
+    try:
+        assert await worker.run_once() == 1
+    finally:
+        await worker.stop()
+    (row,) = await outbox(db)
+    assert (row.state, row.last_error, row.last_status) == ("pending", "url_refused", None)
+    assert not logs.named("webhook_attempt_failed_unexpectedly")
 
 
 async def test_hostile_answers_a_huge_body_and_a_slow_drip_do_not_hold_the_worker(db):

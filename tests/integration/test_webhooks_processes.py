@@ -66,3 +66,12 @@ def test_the_webhooks_command_creates_lists_shows_deliveries_and_deletes(seeded_
     deleted = run_cli(seeded_pg_url, "webhooks", "delete", "--tenant", "acme", webhook_id)
     assert deleted.returncode == 0
     assert run_cli(seeded_pg_url, "webhooks", "list", "--tenant", "acme").stdout.strip() == "tenant acme has no webhooks"
+
+
+@pytest.mark.parametrize("url", ["https://xn--zz/", "https://xn--a-ecp.ru/hook", "https://" + "a" * 64 + ".com/"])
+def test_the_webhooks_command_refuses_a_host_that_is_not_a_valid_name_without_a_traceback(seeded_pg_url, url):
+    refused = run_cli(seeded_pg_url, "webhooks", "create", "--tenant", "acme", "--url", url,
+                      "--event", "approval.created")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "gateway: The URL's host is not a valid name."
+    assert run_cli(seeded_pg_url, "webhooks", "list", "--tenant", "acme").stdout.strip() == "tenant acme has no webhooks"

@@ -71,6 +71,39 @@ def test_public_https_urls_pass(url):
     check_url(url, ())
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://xn--zz/x",  # not valid punycode
+        "https://XN--ZZ.example.com/x",
+        "https://xn--/x",  # an empty A-label
+        "https://xn--a-ecp.ru/x",  # decodes to a code point IDNA does not allow
+        "https://xn--n3h.com/x",  # a snowman: decodes, but not allowed in a name
+        "https://" + "a" * 64 + ".example.com/x",  # a label over 63 characters
+        "https://xn--" + ("\u00fc" * 40 + "a" * 30).encode("punycode").decode() + ".com/x",  # decodes; 77 characters
+        "https://" + ".".join(["a" * 60] * 5) + "/x",  # over 253 in all
+        "https://hooks..example.com/x",  # an empty label
+    ],
+)
+def test_hosts_that_are_not_valid_names_are_refused(url):
+    with pytest.raises(UrlRefused, match="not a valid name"):
+        check_url(url, ())
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("https://m\u00fcnchen.de/x", "xn--mnchen-3ya.de"),
+        ("https://xn--mnchen-3ya.de/x", "xn--mnchen-3ya.de"),
+        ("https://fa\u00df.de/x", "xn--fa-hia.de"),  # IDNA 2008, as in Host: not the fass.de of IDNA 2003
+        ("https://Hooks.Example.com./x", "hooks.example.com."),
+    ],
+)
+def test_an_internationalised_name_is_resolved_and_sent_in_its_punycode_form(url, host):
+    target = check_url(url, ())
+    assert target.host == host == target.url.netloc.decode("ascii")
+
+
 def test_an_allow_listed_host_may_use_http_and_a_loopback_address():
     target = check_url("http://127.0.0.1:8080/hook", ("127.0.0.1",))
     assert target.allow_listed and target.host == "127.0.0.1"
