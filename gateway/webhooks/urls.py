@@ -10,14 +10,21 @@ second time (DNS rebinding) cannot send a delivery to a private address.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
 
 MAX_URL_LENGTH = 2000
+RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
+"""Webhook hosts are resolved on threads of their own: a lookup that hangs (a tenant's
+receiver behind a slow name server) is abandoned at its deadline but holds its thread, and
+on the event loop's shared pool enough of them would stall every other lookup of the
+process, an HTTP tool's or a model's included."""
 _INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
 """Unicode categories refused anywhere in a URL: controls (C1 ones too), format characters
 (bidi overrides), separators and spaces. A URL is shown to people and printed on terminals."""
@@ -127,8 +134,10 @@ async def resolve_checked(target: Target, *, timeout_s: float) -> str:
     port = target.url.port or (443 if target.url.scheme == "https" else 80)
     try:
         async with asyncio.timeout(timeout_s):
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                target.host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            infos = await asyncio.get_running_loop().run_in_executor(
+                RESOLVER, functools.partial(
+                    socket.getaddrinfo, target.host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+                )
             )
     except (OSError, TimeoutError, UnicodeError):
         raise UrlRefused("The host could not be resolved.") from None

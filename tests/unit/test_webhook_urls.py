@@ -127,3 +127,26 @@ async def test_the_request_goes_to_the_checked_address_with_the_name_kept_for_ho
     url = pinned(target, address)
     assert url.host == address and url.port == 8080 and url.raw_path == b"/hook?a=1"
     assert target.url.netloc == b"localhost:8080"
+
+
+async def test_webhook_lookups_that_hang_hold_their_own_threads_never_the_loops():
+    # Every resolver thread stuck (a tenant's hosts behind a name server that never answers):
+    # the webhook lookup waits for its deadline, and the loop's own lookups, which HTTP tools
+    # and models use, still answer.
+    import asyncio
+    import threading
+
+    from gateway.webhooks import urls
+
+    release = threading.Event()
+    stuck = [urls.RESOLVER.submit(release.wait, 30) for _ in range(urls.RESOLVER._max_workers)]
+    try:
+        target = check_url("http://localhost:8080/hook", ("localhost",))
+        with pytest.raises(UrlRefused, match="could not be resolved"):
+            await resolve_checked(target, timeout_s=0.2)
+        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo("localhost", 80), timeout=5)
+        assert infos
+    finally:
+        release.set()
+        for future in stuck:
+            future.result(timeout=5)
