@@ -12,11 +12,12 @@ In one transaction, holding the sealers' turn (no batch is sealed meanwhile):
 2. every row of a finished transaction is sealed (``seal_batch``), so that a month is not
    kept back by the sealer's lag;
 3. a month with a row still not sealed (its transaction was running; it is above the
-   watermark) is kept, and so is every later month: only the oldest months go;
-4. per tenant, the anchor in ``audit_chains`` moves to the highest chain position of the
-   tenant's rows in those months, its hash the chain hash there; the links of those rows
-   (``audit_links``) are deleted, which the database allows only behind the anchor; the
-   prune is audited in each tenant's chain;
+   watermark, without a link) is kept, and so is every later month: only the oldest months go;
+4. per tenant, the chain's start (``anchor_seq`` in ``audit_chains``, its hash the chain hash
+   there) moves to the highest position below which every row goes (see below); the links up
+   to it (``audit_links``) are deleted, which the database allows only behind the anchor; the
+   prune is audited in each tenant's chain (``audit_prune``: ``through_chain_seq`` is the new
+   start, ``months`` the months dropped), and ``audit verify`` accepts a start only with it;
 5. ``audit_events`` is locked (ACCESS EXCLUSIVE: running inserts finish first, new ones wait
    until the commit; ``lock_timeout`` 5 s) and the months are checked again for rows written
    since step 3; if one was, the whole prune rolls back and is tried again (up to three
@@ -24,12 +25,11 @@ In one transaction, holding the sealers' turn (no batch is sealed meanwhile):
 
 Rows sealed out of ``created_at`` order near a month boundary: the chain's order is the order
 of sealing, and a row's ``created_at`` is the time its request was given, so a row of the
-next month (kept) may have been sealed before a row of the dropped month. The anchor moves
-past every dropped row, so such a kept row ends up behind the anchor: it stays in the table
-with its link (its chain columns still show in the API and exports); ``audit verify`` walks
-the chain from the anchor on, and checks such a row against its own link (the chain before it
-is gone).
-Its link goes with its own month.
+next month (kept) may have been sealed before a row of the dropped month. The start then
+stays below the first kept row, and the links of the dropped rows after it stay too (narrow
+rows, without their audit rows): every row still there remains chained to the rows after it,
+and ``audit verify`` checks the chain through those links, knowing from the prune's record that
+their rows' months were dropped. They go with the kept row's month.
 
 The link table is not partitioned: its primary key ``(tenant_id, chain_seq)`` is what makes a
 chain position unique, and a partitioned table can enforce uniqueness only with the partition
@@ -48,7 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.chain import audit_events, audit_links
 from gateway.audit.rows import AuditRow, append_audit
-from gateway.audit.sealer import above_watermark, audit_chains, ensure_partitions, seal_batch, take_turn, watermark
+from gateway.audit.sealer import audit_chains, ensure_partitions, seal_batch, take_turn, unsealed, watermark
 from gateway.db.engine import Database
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -126,7 +126,7 @@ async def months(conn: AsyncConnection) -> list[Month]:
 async def _unsealed_in(conn: AsyncConnection, month: Month, mark: tuple[int, int]) -> bool:
     found = await conn.scalar(
         sa.select(audit_events.c.id)
-        .where(audit_events.c.created_at >= month.start, audit_events.c.created_at < month.end, above_watermark(mark))
+        .where(audit_events.c.created_at >= month.start, audit_events.c.created_at < month.end, unsealed(mark))
         .limit(1)
     )
     return found is not None
@@ -135,7 +135,7 @@ async def _unsealed_in(conn: AsyncConnection, month: Month, mark: tuple[int, int
 async def _prune_once(conn: AsyncConnection, *, cutoff: datetime, now: datetime) -> Pruned:
     await take_turn(conn, wait=True)
     await ensure_partitions(conn)
-    while await seal_batch(conn, batch_size=SEAL_BATCH) == SEAL_BATCH:
+    while (await seal_batch(conn, batch_size=SEAL_BATCH)).read == SEAL_BATCH:
         pass
     mark = await watermark(conn)
     dropping: list[Month] = []
@@ -151,43 +151,53 @@ async def _prune_once(conn: AsyncConnection, *, cutoff: datetime, now: datetime)
         return Pruned((), (), kept_unsealed)
     end = dropping[-1].end
     link = audit_links.c
-    behind = (
+    removed = (
         await conn.execute(
-            sa.select(link.tenant_id, sa.func.max(link.chain_seq).label("cut"), sa.func.count().label("rows"))
-            .where(link.created_at < end)
-            .group_by(link.tenant_id)
-            .order_by(link.tenant_id)
+            sa.select(audit_events.c.tenant_id, sa.func.count())
+            .where(audit_events.c.created_at < end)
+            .group_by(audit_events.c.tenant_id)
+            .order_by(audit_events.c.tenant_id)
         )
     ).all()
     results = []
-    for tenant_id, cut, count in behind:
-        chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).one()
-        anchor_seq, anchor_hash = chain.anchor_seq, chain.anchor_hash
-        if cut > anchor_seq:
-            anchor_seq = cut
-            anchor_hash = await conn.scalar(
-                sa.select(link.chain_hash).where(link.tenant_id == tenant_id, link.chain_seq == cut)
+    for tenant_id, count in removed:
+        chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).first()
+        cut = await conn.scalar(
+            sa.select(sa.func.max(link.chain_seq)).where(link.tenant_id == tenant_id, link.created_at < end)
+        )
+        if chain is None or cut is None:  # rows never sealed (written behind the sealer's back)
+            continue
+        kept = await conn.scalar(
+            sa.select(sa.func.min(link.chain_seq)).where(
+                link.tenant_id == tenant_id, link.created_at >= end, link.chain_seq < cut
+            )
+        )
+        start, start_hash = chain.anchor_seq, chain.anchor_hash
+        if (cut if kept is None else kept - 1) > start:
+            start = cut if kept is None else kept - 1
+            start_hash = await conn.scalar(
+                sa.select(link.chain_hash).where(link.tenant_id == tenant_id, link.chain_seq == start)
             )
         # The anchor moves first: the database deletes only links already behind their
         # tenant's anchor (migration 0013).
         await conn.execute(
             sa.update(audit_chains)
             .where(audit_chains.c.tenant_id == tenant_id)
-            .values(anchor_seq=anchor_seq, anchor_hash=anchor_hash,
+            .values(anchor_seq=start, anchor_hash=start_hash,
                     pruned_rows=audit_chains.c.pruned_rows + count, updated_at=now)
         )
-        await conn.execute(sa.delete(audit_links).where(link.tenant_id == tenant_id, link.created_at < end))
+        await conn.execute(sa.delete(audit_links).where(link.tenant_id == tenant_id, link.chain_seq <= start))
         await append_audit(
             conn,
             AuditRow(
                 tenant_id=tenant_id, kind="audit_prune", outcome="OK", created_at=now,
                 detail={
-                    "removed_rows": count, "through_chain_seq": anchor_seq, "older_than": cutoff.isoformat(),
+                    "removed_rows": count, "through_chain_seq": start, "older_than": cutoff.isoformat(),
                     "months": [m.start.strftime("%Y-%m") for m in dropping],
                 },
             ),
         )
-        results.append(PruneResult(tenant_id, count, anchor_seq))
+        results.append(PruneResult(tenant_id, count, start))
     await conn.execute(sa.text("SET LOCAL lock_timeout = '5s'"))
     await conn.execute(sa.text("LOCK TABLE audit_events IN ACCESS EXCLUSIVE MODE"))
     for month in dropping:

@@ -21,7 +21,21 @@ more writes and their dead rows for every audit row, where the watermark costs n
 price: a transaction that stays open holds the horizon back, and rows of later transactions
 wait for it (they are sealed in order once it ends; it is bounded by
 ``idle_in_transaction_session_timeout`` and the statement timeouts). ``audit verify`` counts
-rows above the watermark as not sealed yet.
+rows above the watermark without a link as not sealed yet.
+
+A row is sealed when it has a link; the watermark only lets the sealer pass over rows it knows
+are sealed, and a row it reads that has a link already (see below) is passed over, not linked
+again (one probe of the link's unique key per row read). Transaction ids belong to a cluster:
+a database restored into another one (``pg_dump``), or a logical replica promoted, keeps the
+old cluster's ``txid`` values and watermark while its new transactions may get lower ids. The
+watermark row itself tells: in the cluster that wrote it, its ``txid`` is always below the
+transaction that wrote the row (its ``xmin``: the sealer writes it after the rows it passes
+were below its horizon), and a restore writes it anew. A watermark at or above its own writer
+belongs to another cluster: the sealer then starts just below that writer, since every row of
+an earlier transaction came with the restore, at or below the old watermark, sealed. The
+restored rows above that point are read as this cluster's horizon passes them: those linked
+already are passed over, the others sealed. ``pg_upgrade`` and physical replicas keep the
+transaction ids, and the watermark with them.
 
 Processes take turns through a transaction-level advisory lock
 (``pg_try_advisory_xact_lock``): whoever holds it seals one batch and releases it at commit;
@@ -56,7 +70,7 @@ import structlog
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.audit.chain import CANONICAL_FIELDS, audit_events, content_hash, genesis_hash, link_hash
+from gateway.audit.chain import CANONICAL_FIELDS, audit_events, audit_links, content_hash, genesis_hash, link_hash
 from gateway.db.engine import Database
 from gateway.db.models import AuditChain, AuditSealState
 
@@ -135,11 +149,33 @@ async def horizon(conn: AsyncConnection) -> int:
     return int(await conn.scalar(_HORIZON))
 
 
+_WATERMARK = sa.text(
+    """
+    SELECT s.txid, s.audit_id, n.next - (n.next - s.xmin::text::bigint) % 4294967296 AS written_by
+      FROM audit_seal_state s, (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next) n
+    """
+)
+"""The stored watermark and the full (epoch-qualified) id of the transaction that wrote it."""
+
+LAST_ID = 2**63 - 1
+
+
+async def _watermarks(conn: AsyncConnection) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The stored watermark, and the one to seal from: the same, unless it came from another
+    cluster (see the module's docstring)."""
+    row = (await conn.execute(_WATERMARK)).first()
+    if row is None:
+        return (0, 0), (0, 0)
+    stored = (int(row.txid), int(row.audit_id))
+    if stored[0] < row.written_by:
+        return stored, stored
+    return stored, (int(row.written_by) - 1, LAST_ID)
+
+
 async def watermark(conn: AsyncConnection) -> tuple[int, int]:
-    """The ``(txid, id)`` of the last row sealed: every row at or below it is sealed. ``(0, 0)``
-    before the first seal (or once the table was emptied)."""
-    row = (await conn.execute(sa.select(audit_seal_state.c.txid, audit_seal_state.c.audit_id))).first()
-    return (0, 0) if row is None else (int(row.txid), int(row.audit_id))
+    """The ``(txid, id)`` at or below which every row is sealed. ``(0, 0)`` before the first
+    seal (or once the table was emptied)."""
+    return (await _watermarks(conn))[1]
 
 
 _MOVE_WATERMARK = sa.text(
@@ -152,35 +188,62 @@ _MOVE_WATERMARK = sa.text(
 
 
 def above_watermark(mark: tuple[int, int]) -> sa.ColumnElement[bool]:
-    """The rows not sealed yet (those of transactions still running included)."""
+    """The rows the sealer has not passed yet (those of transactions still running included)."""
     return sa.tuple_(audit_events.c.txid, audit_events.c.id) > sa.tuple_(sa.literal(mark[0]), sa.literal(mark[1]))
 
 
-_UNSEALED = (
-    f"SELECT {', '.join(CANONICAL_FIELDS)}, txid FROM audit_events"
-    " WHERE (txid, id) > ($1::bigint, $2::bigint) AND txid < $3::bigint ORDER BY txid, id LIMIT $4::integer"
-)
-"""The next rows to seal (``above_watermark`` and below the horizon), in sealing order."""
+def unsealed(mark: tuple[int, int]) -> sa.ColumnElement[bool]:
+    """The rows not sealed yet: not passed, and without a link."""
+    linked = sa.exists().where(
+        audit_links.c.tenant_id == audit_events.c.tenant_id,
+        audit_links.c.audit_id == audit_events.c.id,
+        audit_links.c.created_at == audit_events.c.created_at,
+    )
+    return sa.and_(above_watermark(mark), ~linked)
 
 
-async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> int:
-    """Seal up to ``batch_size`` rows after the watermark, of finished transactions only; the
-    caller holds the turn.
+_NEXT_ROWS = f"""
+    SELECT a.*, l.linked FROM (
+        SELECT {', '.join(CANONICAL_FIELDS)}, txid FROM audit_events
+         WHERE (txid, id) > ($1::bigint, $2::bigint) AND txid < $3::bigint ORDER BY txid, id LIMIT $4::integer
+    ) a
+    LEFT JOIN LATERAL (
+        SELECT true AS linked FROM audit_links l
+         WHERE l.tenant_id = a.tenant_id AND l.audit_id = a.id AND l.created_at = a.created_at LIMIT 1
+    ) l ON true
+    ORDER BY a.txid, a.id
+"""
+"""The next rows after the watermark and below the horizon, in sealing order, each with whether
+it has a link already (a lateral probe by the link's unique key: never a join over all links)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBatch:
+    read: int
+    """Rows the watermark moved past."""
+    sealed: int
+    """Of them, the rows linked now (the others had a link already)."""
+
+
+async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> SealedBatch:
+    """Seal the rows among the next ``batch_size`` after the watermark, of finished transactions
+    only; the caller holds the turn.
 
     The rows are read and their links written through the driver's connection, in the same
     transaction: the sealer runs in the serving process, and SQLAlchemy's result rows and
     parameter handling cost about a third of its CPU per row (the driver decodes the JSON
     columns with the same codec either way, so the hashes are the same)."""
-    mark = await watermark(conn)
+    stored, mark = await _watermarks(conn)
     below = await horizon(conn)
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None
-    rows = await driver.fetch(_UNSEALED, mark[0], mark[1], below, batch_size)
+    rows = await driver.fetch(_NEXT_ROWS, mark[0], mark[1], below, batch_size)
     if not rows:
-        return 0
+        return SealedBatch(read=0, sealed=0)
     by_tenant: dict[str, list[Any]] = {}
     for row in rows:
-        by_tenant.setdefault(row["tenant_id"], []).append(row)
+        if not row["linked"]:
+            by_tenant.setdefault(row["tenant_id"], []).append(row)
     now = datetime.now(UTC)
     tenants: list[str] = []
     seqs: list[int] = []
@@ -216,11 +279,11 @@ async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> int:
     last = rows[-1]
     moved = await conn.execute(
         _MOVE_WATERMARK,
-        {"txid": last["txid"], "audit_id": last["id"], "now": now, "old_txid": mark[0], "old_audit_id": mark[1]},
+        {"txid": last["txid"], "audit_id": last["id"], "now": now, "old_txid": stored[0], "old_audit_id": stored[1]},
     )
     if moved.rowcount != 1:
         raise ChainRaced("the sealing watermark moved meanwhile")
-    return len(links)
+    return SealedBatch(read=len(rows), sealed=len(links))
 
 
 _LINK_ROWS = """
@@ -272,11 +335,15 @@ class AuditSealer:
         return self._maintained_at is None or time.monotonic() - self._maintained_at >= MAINTAIN_EVERY_S
 
     async def seal_once(self, *, wait: bool = False) -> int | None:
-        """One batch in one transaction (and the partitions ahead, when due); ``None`` when
-        another process holds the turn."""
+        """One batch in one transaction (and the partitions ahead, when due): the rows sealed;
+        ``None`` when another process holds the turn."""
+        batch = await self._seal_round(wait=wait)
+        return None if batch is None else batch.sealed
+
+    async def _seal_round(self, *, wait: bool) -> SealedBatch | None:
         maintain = self._maintenance_due()
         if not maintain and not await self._has_unsealed():
-            return 0
+            return SealedBatch(read=0, sealed=0)
         try:
             async with self._db.begin() as conn:
                 if not await take_turn(conn, wait=wait):
@@ -286,7 +353,7 @@ class AuditSealer:
                 return await seal_batch(conn, batch_size=self._batch_size)
         except (ChainRaced, sa_exc.IntegrityError):
             log.info("audit_seal_raced")
-            return 0
+            return SealedBatch(read=0, sealed=0)
 
     async def _maintain(self, conn: AsyncConnection) -> None:
         """The partitions ahead, in a savepoint: a failure (a lock not granted in time) is
@@ -319,12 +386,12 @@ class AuditSealer:
         total = 0
         batches = 0
         while max_batches is None or batches < max_batches:
-            sealed = await self.seal_once(wait=wait)
+            batch = await self._seal_round(wait=wait)
             batches += 1
-            if sealed is None:
+            if batch is None:
                 break
-            total += sealed
-            if sealed < self._batch_size:
+            total += batch.sealed
+            if batch.read < self._batch_size:
                 break
         return total
 

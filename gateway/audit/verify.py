@@ -1,12 +1,20 @@
 """``gateway audit verify``: walk a tenant's chain and name the first broken row.
 
-Checks, for every link after the anchor in chain order (``audit_links``, read in keyset
+Checks, for every link after the chain's start in chain order (``audit_links``, read in keyset
 chunks joined to their audit rows, never all at once): its position follows the previous one
-with no gap, its audit row is there and its content still hashes to its ``content_hash``, its ``prev_hash`` is the previous row's chain hash (the stored anchor
-for the first kept row), and its ``chain_hash`` links the two. The last row must be the
-head the sealer stored. Rows not sealed yet (above the sealer's watermark) are counted and
-reported with the age of the oldest, not judged. A row's link carries its ``created_at``, so
-each lookup of a row touches only the partition of its month.
+with no gap, its audit row is there (or its month was dropped by the last prune) and its
+content still hashes to its ``content_hash``, its ``prev_hash`` is the previous row's chain
+hash (the stored start's hash for the first one), and its ``chain_hash`` links the two. The
+last row must be the head the sealer stored. Rows not sealed yet (above the sealer's
+watermark, without a link) are counted and reported with the age of the oldest, not judged. A
+row's link carries its ``created_at``, so each lookup of a row touches only the partition of
+its month.
+
+The stored start (``audit_chains.anchor_seq`` and its hash) is trusted only for what is gone:
+no link may be left at or before it (a prune deletes them all, and keeps every row after it
+chained: ``gateway/audit/prune.py``), and a start after position 0 must be the one the
+tenant's last ``audit_prune`` record names. Anyone who can write to the database can move the
+stored start; they cannot move it over rows still there.
 
 With a signed anchor (``gateway/audit/anchor.py``) it also checks that the row at the
 anchor's position still has the chain hash the anchor signed: the stored head can be
@@ -25,9 +33,35 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.anchor import Anchor
 from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, audit_links, content_hash, genesis_hash, link_hash
-from gateway.audit.sealer import above_watermark, audit_chains, watermark
+from gateway.audit.sealer import above_watermark, audit_chains, unsealed, watermark
 
 CHUNK = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class LastPrune:
+    through_chain_seq: int
+    """The chain's start it left."""
+    dropped_before: datetime
+    """Every row older than this is gone (the end of the last month it dropped)."""
+
+
+async def last_prune(conn: AsyncConnection, tenant_id: str) -> LastPrune | None:
+    """What the tenant's last ``audit_prune`` record says (``None`` without one, or if it is
+    not one a prune wrote)."""
+    a = audit_events.c
+    detail = await conn.scalar(
+        sa.select(a.detail).where(a.tenant_id == tenant_id, a.kind == "audit_prune").order_by(a.id.desc()).limit(1)
+    )
+    try:
+        seq, months = detail["through_chain_seq"], detail["months"]
+        last = max(datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC) for month in months)
+    except (TypeError, KeyError, ValueError):
+        return None
+    if type(seq) is not int:
+        return None
+    following = last.replace(year=last.year + 1, month=1) if last.month == 12 else last.replace(month=last.month + 1)
+    return LastPrune(seq, following)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +80,9 @@ class VerifyReport:
     signed_anchor: Anchor | None = None
     """The signed anchor checked too, if one was given."""
     broken_at: str | None = None
-    """What broke when it is no row: the chain head (default) or the signed anchor."""
+    """What broke when it is no row: the chain head (default), its start or the signed anchor."""
+    pruned_rows: int = 0
+    """Of the rows verified, those whose month was dropped: checked by their links."""
 
     @property
     def ok(self) -> bool:
@@ -65,6 +101,8 @@ class VerifyReport:
             span = (
                 f"chain positions {self.anchor_seq + 1}..{self.head_seq}" if self.verified_rows else "no sealed rows"
             )
+            if self.pruned_rows:
+                span += f"; {self.pruned_rows} of them pruned, checked by their links"
             anchored = ""
             if self.signed_anchor is not None:
                 anchored = (
@@ -90,10 +128,10 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
         await conn.execute(
             sa.select(sa.func.count(), sa.func.min(audit_events.c.created_at))
             .select_from(audit_events)
-            .where(audit_events.c.tenant_id == tenant_id, above_watermark(mark))
+            .where(audit_events.c.tenant_id == tenant_id, unsealed(mark))
         )
     ).one()
-    unsealed = int(unsealed_count or 0)
+    pending = int(unsealed_count or 0)
     chain = (await conn.execute(sa.select(audit_chains).where(audit_chains.c.tenant_id == tenant_id))).first()
     if chain is None:
         anchor_seq, anchor_hash, head_seq, head_hash = 0, genesis_hash(tenant_id), 0, genesis_hash(tenant_id)
@@ -101,9 +139,11 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
         anchor_seq, anchor_hash = chain.anchor_seq, chain.anchor_hash
         head_seq, head_hash = chain.head_seq, chain.head_hash
 
+    pruned = await last_prune(conn, tenant_id)
+
     def broken(row_id: int | None, seq: int | None, reason: str, verified: int, at: str | None = None) -> VerifyReport:
         return VerifyReport(
-            tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq,
+            tenant_id=tenant_id, verified_rows=verified, unsealed_rows=pending, anchor_seq=anchor_seq,
             head_seq=head_seq, head_hash=head_hash, broken_row_id=row_id, broken_seq=seq, reason=reason,
             oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at, signed_anchor=anchor, broken_at=at,
         )
@@ -128,11 +168,30 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
         if anchor.chain_hash != anchor_hash:
             return differs_from_anchor(None, 0)
 
-    expected_seq, prev = anchor_seq + 1, anchor_hash
-    verified = 0
-    after: int | None = None
     a, link = audit_events.c, audit_links.c
-    columns = (*CANONICAL_COLUMNS, link.audit_id, link.chain_seq, link.content_hash, link.prev_hash, link.chain_hash)
+    behind = (
+        await conn.execute(
+            sa.select(link.audit_id, link.chain_seq)
+            .where(link.tenant_id == tenant_id, link.chain_seq <= anchor_seq)
+            .order_by(link.chain_seq)
+            .limit(1)
+        )
+    ).first()
+    if behind is not None:
+        return broken(
+            behind.audit_id, behind.chain_seq,
+            f"its link lies at or before the chain's stored start (position {anchor_seq}), where a prune leaves "
+            "none: the start was moved over rows still there, which are no longer chained",
+            0,
+        )
+
+    expected_seq, prev = anchor_seq + 1, anchor_hash
+    verified = pruned_rows = 0
+    after: int | None = None
+    columns = (
+        *CANONICAL_COLUMNS, link.audit_id, link.created_at.label("linked_at"), link.chain_seq, link.content_hash,
+        link.prev_hash, link.chain_hash,
+    )
     joined = audit_links.outerjoin(
         audit_events, sa.and_(a.tenant_id == link.tenant_id, a.id == link.audit_id, a.created_at == link.created_at)
     )
@@ -149,20 +208,23 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
                 moved = await conn.scalar(
                     sa.select(sa.func.count()).where(a.tenant_id == tenant_id, a.id == row.audit_id)
                 )
-                reason = (
-                    "its content does not match its content hash" if moved
-                    else "its audit row is missing (the link is there, the row is not)"
-                )
-                return broken(row.audit_id, row.chain_seq, reason, verified)
-            if content_hash(row) != row.content_hash:
+                if moved or pruned is None or row.linked_at >= pruned.dropped_before:
+                    reason = (
+                        "its content does not match its content hash" if moved
+                        else "its audit row is missing (the link is there, the row is not)"
+                    )
+                    return broken(row.audit_id, row.chain_seq, reason, verified)
+                pruned_rows += 1  # its month was dropped: the link still chains the rows around it
+            elif content_hash(row) != row.content_hash:
                 return broken(row.id, row.chain_seq, "its content does not match its content hash", verified)
             if row.prev_hash != prev:
-                return broken(row.id, row.chain_seq, "its previous-row hash does not match the row before it", verified)
-            if link_hash(row.chain_seq, prev, row.content_hash) != row.chain_hash:
-                return broken(row.id, row.chain_seq, "its chain hash does not link its content to the row before it",
+                return broken(row.audit_id, row.chain_seq, "its previous-row hash does not match the row before it",
                               verified)
+            if link_hash(row.chain_seq, prev, row.content_hash) != row.chain_hash:
+                return broken(row.audit_id, row.chain_seq,
+                              "its chain hash does not link its content to the row before it", verified)
             if anchor is not None and row.chain_seq == anchor.chain_seq and row.chain_hash != anchor.chain_hash:
-                return differs_from_anchor(row.id, verified)
+                return differs_from_anchor(row.audit_id, verified)
             prev = row.chain_hash
             expected_seq += 1
             verified += 1
@@ -170,21 +232,6 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             break
         after = rows[-1].chain_seq
     last_seq = expected_seq - 1
-    # Rows kept behind the anchor (sealed out of time order near a dropped month's end): the
-    # chain before them is gone, but each still has its link to be checked against.
-    behind = audit_links.join(
-        audit_events, sa.and_(a.tenant_id == link.tenant_id, a.id == link.audit_id, a.created_at == link.created_at)
-    )
-    kept = await conn.execute(
-        sa.select(*columns).select_from(behind).where(link.tenant_id == tenant_id, link.chain_seq <= anchor_seq)
-    )
-    for row in kept:
-        if content_hash(row) != row.content_hash:
-            return broken(row.id, row.chain_seq, "its content does not match its content hash (a row kept behind "
-                          "the anchor)", verified)
-        if link_hash(row.chain_seq, row.prev_hash, row.content_hash) != row.chain_hash:
-            return broken(row.id, row.chain_seq, "its chain hash does not match its link (a row kept behind the "
-                          "anchor)", verified)
     # Every row the sealer has passed has a link: one without was never sealed (written behind
     # the sealer's back) or lost it (a link removed with a moved anchor).
     unlinked = await conn.scalar(
@@ -203,6 +250,14 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             "was removed",
             verified,
         )
+    if anchor_seq and (pruned is None or pruned.through_chain_seq != anchor_seq):
+        return broken(
+            None, anchor_seq,
+            f"the chain starts after position {anchor_seq}, but no prune recorded that start (the tenant's last "
+            "audit_prune row names "
+            + ("none" if pruned is None else f"position {pruned.through_chain_seq}") + ")",
+            verified, "the chain's start",
+        )
     if anchor is not None and anchor.chain_seq > last_seq:
         return broken(
             None, anchor.chain_seq,
@@ -217,6 +272,7 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             verified,
         )
     return VerifyReport(
-        tenant_id=tenant_id, verified_rows=verified, unsealed_rows=unsealed, anchor_seq=anchor_seq, head_seq=head_seq,
-        head_hash=head_hash, oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at, signed_anchor=anchor,
+        tenant_id=tenant_id, verified_rows=verified, unsealed_rows=pending, anchor_seq=anchor_seq,
+        head_seq=head_seq, head_hash=head_hash, oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at,
+        signed_anchor=anchor, pruned_rows=pruned_rows,
     )

@@ -248,9 +248,10 @@ async def test_prune_keeps_months_that_are_not_whole_past_the_cutoff(db):
         assert await conn.scalar(sa.select(sa.func.count()).select_from(audit_events)) == 2
 
 
-async def test_prune_seals_old_rows_first_and_a_kept_row_sealed_earlier_stays_behind_the_anchor(db):
+async def test_prune_seals_old_rows_first_and_a_kept_row_sealed_earlier_stays_chained(db):
     """Rows sealed out of created_at order near a month's end: a row of a kept month sealed
-    before the last row of a dropped month ends up behind the anchor, kept with its link."""
+    before a row of a dropped month keeps the chain's start below it, and the links of the
+    dropped rows after it stay, so that it is still chained to the rows after it."""
     old = months_ago(5)
     [first_old, young, second_old] = await _insert(
         db, [_row(n=0, created_at=old), _row(n=1), _row(n=2, created_at=old)]
@@ -262,18 +263,21 @@ async def test_prune_seals_old_rows_first_and_a_kept_row_sealed_earlier_stays_be
 
     # The prune sealed the old row first, then dropped its whole month.
     [result] = pruned.tenants
-    assert (result.removed_rows, result.anchor_seq) == (3, 4)
+    assert (result.removed_rows, result.anchor_seq) == (3, 1)
     async with db.connect() as conn:
         left = {r.id: r.chain_seq for r in (await conn.execute(
             sa.select(audit_events.c.id, audit_links.c.chain_seq)
             .select_from(audit_events.outerjoin(audit_links, audit_links.c.audit_id == audit_events.c.id))
             .where(audit_events.c.kind != "audit_prune")
         )).all()}
-    assert left == {young: 2}  # kept, behind the anchor at 4, its link with it
+        links = dict((await conn.execute(sa.select(audit_links.c.chain_seq, audit_links.c.audit_id))).all())
+    assert left == {young: 2}  # kept, with its link
     assert first_old not in left and second_old not in left and unsealed_old not in left
+    assert links == {2: young, 3: second_old, 4: unsealed_old}  # the dropped rows' links after it stay
     await AuditSealer(db).seal_pending()
     report = await _verify(db)
-    assert (report.ok, report.anchor_seq, report.verified_rows) == (True, 4, 1)  # the prune's own row
+    assert (report.ok, report.anchor_seq, report.verified_rows, report.pruned_rows) == (True, 1, 4, 2)
+    assert "4 sealed row(s) verified (chain positions 2..5; 2 of them pruned" in report.describe()
 
 
 async def test_a_row_written_into_a_month_while_it_is_pruned_is_sealed_before_the_month_goes(db):
@@ -398,7 +402,7 @@ async def test_concurrent_sealers_seal_every_row_exactly_once(pg_url):
             for _ in range(40):
                 try:
                     async with db.begin() as conn:
-                        sealed += await seal_batch(conn, batch_size=7)
+                        sealed += (await seal_batch(conn, batch_size=7)).sealed
                 except (ChainRaced, sa_exc.IntegrityError, sa_exc.DBAPIError):
                     pass
                 await asyncio.sleep(0)

@@ -1,0 +1,161 @@
+"""The chain's stored start (``audit_chains.anchor_seq`` / ``anchor_hash``) is trusted only for
+rows that are gone: someone with the tables' owner's rights who moves it over rows still there,
+even onto a signed anchor, is caught; and a row the prune keeps is still chained. PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from gateway.audit.anchor import Anchor
+from gateway.audit.chain import audit_events, audit_links, content_hash, genesis_hash, link_hash
+from gateway.audit.prune import parse_age, prune
+from gateway.audit.sealer import AuditSealer, audit_chains
+from gateway.audit.verify import verify_chain
+from gateway.db.engine import Database
+from gateway.settings import Settings
+from tests.conftest import seeded
+from tests.integration.test_audit_chain import _insert, _row, _signed, _tampering, _verify
+from tests.support.db import months_ago
+from tests.support.processes import run_cli
+
+
+async def _relink_one(db: Database, row_id: int, **values: Any) -> None:
+    """Rewrite a sealed row and recompute its own link only (content and chain hash)."""
+    async with _tampering(db) as conn:
+        await conn.execute(sa.update(audit_events).where(audit_events.c.id == row_id).values(**values))
+        row = (await conn.execute(sa.select(audit_events).where(audit_events.c.id == row_id))).one()
+        link = (await conn.execute(sa.select(audit_links).where(audit_links.c.audit_id == row_id))).one()
+        forged = content_hash(row)
+        await conn.execute(
+            sa.update(audit_links).where(audit_links.c.audit_id == row_id)
+            .values(content_hash=forged, chain_hash=link_hash(link.chain_seq, link.prev_hash, forged))
+        )
+
+
+async def _hash_at(db: Database, seq: int, tenant: str = "acme") -> str:
+    async with db.connect() as conn:
+        return str(await conn.scalar(
+            sa.select(audit_links.c.chain_hash).where(audit_links.c.tenant_id == tenant, audit_links.c.chain_seq == seq)
+        ))
+
+
+async def _move_start(db: Database, seq: int, start_hash: str, tenant: str = "acme") -> None:
+    async with db.begin() as conn:  # audit_chains has no trigger
+        await conn.execute(
+            sa.update(audit_chains).where(audit_chains.c.tenant_id == tenant)
+            .values(anchor_seq=seq, anchor_hash=start_hash)
+        )
+
+
+@pytest.mark.postgres
+async def test_a_row_rewritten_before_a_signed_anchor_is_caught_when_the_start_is_moved_onto_the_anchor(
+    pg_url, tmp_path
+):
+    """The review's reproduction: seven rows, sealed and anchored at position 7; then, as the
+    owner, row 4 rewritten with its own link recomputed, and the stored start set to the signed
+    position and hash."""
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    anchor_file = tmp_path / "acme.anchor"
+    try:
+        ids = await _insert(db, [_row(n=i) for i in range(7)])
+        assert await AuditSealer(db).seal_pending() == 7
+        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+        assert anchored.returncode == 0 and "anchored chain position 7" in anchored.stdout, anchored.stderr
+
+        await _relink_one(db, ids[3], user_id="mallory")
+        await _move_start(db, 7, await _hash_at(db, 7))
+
+        caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+        assert caught.returncode == 1, caught.stdout + caught.stderr
+        assert f"BROKEN at row id {ids[0]} (chain position 1)" in caught.stdout
+        assert "before the chain's stored start (position 7)" in caught.stdout
+        plain = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+        assert plain.returncode == 1 and f"BROKEN at row id {ids[0]}" in plain.stdout
+
+        # With only the start moved back, the rewritten row breaks the chain at the next row.
+        await _move_start(db, 0, genesis_hash("acme"))
+        relinked = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+        assert relinked.returncode == 1 and f"BROKEN at row id {ids[4]} (chain position 5)" in relinked.stdout
+    finally:
+        await db.dispose()
+
+
+async def test_rows_removed_with_their_links_and_a_start_no_prune_recorded_are_caught(db):
+    ids = await _insert(db, [_row(n=i) for i in range(6)])
+    await AuditSealer(db).seal_pending()
+    hash_at_3 = await _hash_at(db, 3)
+    async with _tampering(db) as conn:
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:3])))
+        await conn.execute(sa.delete(audit_links).where(audit_links.c.audit_id.in_(ids[:3])))
+    await _move_start(db, 3, hash_at_3)
+
+    report = await _verify(db)
+    assert not report.ok
+    assert "BROKEN at the chain's start (chain position 3)" in report.describe()
+    assert "no prune recorded that start" in report.describe()
+    anchored = Anchor(tenant_id="acme", chain_seq=3, chain_hash=hash_at_3, issued_at=datetime.now(UTC), key_id="k")
+    async with db.connect() as conn:
+        assert not (await verify_chain(conn, tenant_id="acme", anchor=anchored)).ok
+
+
+async def test_a_start_moved_past_the_one_the_last_prune_recorded_is_caught(db):
+    old = months_ago(5)
+    await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(3)])
+    ids = await _insert(db, [_row(n=i) for i in range(3, 8)])
+    await AuditSealer(db).seal_pending()
+    assert (await prune(db, older_than=parse_age("90d"))).tenants[0].anchor_seq == 3
+    await AuditSealer(db).seal_pending()
+    assert (await _verify(db)).ok
+
+    hash_at_5 = await _hash_at(db, 5)
+    async with _tampering(db) as conn:
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:2])))
+        await conn.execute(sa.delete(audit_links).where(audit_links.c.audit_id.in_(ids[:2])))
+    await _move_start(db, 5, hash_at_5)
+    report = await _verify(db)
+    assert not report.ok and "the tenant's last audit_prune row names position 3" in report.describe()
+
+
+async def test_a_kept_row_sealed_before_a_pruned_one_cannot_be_rewritten_with_its_own_link(db):
+    """The review's second note: a row of a kept month sealed before a row of a dropped month
+    stayed behind the anchor, checked only against its own link."""
+    kept = await _insert(db, [_row(n=i) for i in range(3)])
+    await AuditSealer(db).seal_pending()
+    await _insert(db, [_row(n=9, created_at=months_ago(5))])  # an old time, sealed after the others
+    await _insert(db, [_row(n=i) for i in range(10, 12)])
+    await AuditSealer(db).seal_pending()
+    [result] = (await prune(db, older_than=parse_age("90d"))).tenants
+    assert (result.removed_rows, result.anchor_seq) == (1, 0)
+    await AuditSealer(db).seal_pending()
+    intact = await _verify(db)
+    assert (intact.ok, intact.verified_rows, intact.pruned_rows) == (True, 7, 1)
+
+    await _relink_one(db, kept[1], outcome="FORGED")
+    report = await _verify(db)
+    assert (report.ok, report.broken_row_id, report.broken_seq) == (False, kept[2], 3)
+
+
+async def test_a_signed_anchor_among_pruned_rows_is_checked_through_their_links(db):
+    kept = await _insert(db, [_row(n=0)])
+    await AuditSealer(db).seal_pending()
+    await _insert(db, [_row(n=i, created_at=months_ago(5) + timedelta(seconds=i)) for i in range(1, 4)])
+    await _insert(db, [_row(n=4)])
+    await AuditSealer(db).seal_pending()
+    anchored = Anchor(
+        tenant_id="acme", chain_seq=3, chain_hash=await _hash_at(db, 3), issued_at=datetime.now(UTC), key_id="k"
+    )
+    await prune(db, older_than=parse_age("90d"))
+    async with db.connect() as conn:
+        report = await verify_chain(conn, tenant_id="acme", anchor=anchored)
+    assert report.ok, report.describe()
+    assert (report.anchor_seq, report.pruned_rows) == (0, 3)
+
+    await _relink_one(db, kept[0], outcome="FORGED")
+    async with db.connect() as conn:
+        report = await verify_chain(conn, tenant_id="acme", anchor=anchored)
+    assert not report.ok and report.broken_seq == 2
