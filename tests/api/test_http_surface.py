@@ -100,7 +100,8 @@ async def test_each_request_gets_its_own_request_id(client):
 
 
 async def test_an_unexpected_error_is_internal_error_with_an_error_id_and_no_trace(client, database_url, logs):
-    # Corrupt a stored outcome so that reading the approval fails in an unforeseen way.
+    # Corrupt the stored frozen arguments so that reading the approval fails in an unforeseen way
+    # (a stored outcome that does not read is shown as its text: test_results.py).
     run = (await client.post("/v1/runs", headers=auth_for("bob"))).json()
     body = {"tool_calls": [{"id": "c1", "type": "function",
                             "function": {"name": "create_article", "arguments": '{"title": "t", "body": "b"}'}}]}
@@ -109,7 +110,7 @@ async def test_an_unexpected_error_is_internal_error_with_an_error_id_and_no_tra
     table = Approval.__table__
     await db.execute(
         database_url,
-        sa.update(table).where(table.c.id == approval_id).values(outcome="OK", outcome_content="{corrupt <secret-marker>"),
+        sa.update(table).where(table.c.id == approval_id).values(canonical_arguments="{corrupt <secret-marker>"),
     )
     response = await client.get(f"/v1/approvals/{approval_id}", headers=auth_for("bob"))
     error = assert_error(response, 500, "INTERNAL_ERROR")
