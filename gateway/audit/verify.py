@@ -2,7 +2,8 @@
 
 Checks, for every link after the chain's start in chain order (``audit_links``, read in keyset
 chunks joined to their audit rows, never all at once): its position follows the previous one
-with no gap, its audit row is there (or its month was dropped by the last prune) and its
+with no gap, its audit row is there (or, at the boundary a prune left, its month's partition
+is gone) and its
 content still hashes to its ``content_hash``, its ``prev_hash`` is the previous row's chain
 hash (the stored start's hash for the first one), and its ``chain_hash`` links the two. The
 last row must be the head the sealer stored. Rows not sealed yet (above the sealer's
@@ -26,42 +27,41 @@ Read it in one snapshot (``REPEATABLE READ``): a sealer may move the head meanwh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.anchor import Anchor
 from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, audit_links, content_hash, genesis_hash, link_hash
+from gateway.audit.prune import months
 from gateway.audit.sealer import above_watermark, audit_chains, unsealed, watermark
 
 CHUNK = 2000
+BOUNDARY = timedelta(days=1)
+"""How long after a month began a row of it may be sealed before a row of the month before
+(a transaction open across the boundary: bounded by the tool and statement timeouts)."""
 
 
 @dataclass(frozen=True, slots=True)
 class LastPrune:
     through_chain_seq: int
     """The chain's start it left."""
-    dropped_before: datetime
-    """Every row older than this is gone (the end of the last month it dropped)."""
 
 
 async def last_prune(conn: AsyncConnection, tenant_id: str) -> LastPrune | None:
     """What the tenant's last ``audit_prune`` record says (``None`` without one, or if it is
-    not one a prune wrote)."""
+    not one a prune wrote). A record anyone who can write rows could have written: it is
+    held against the start, never taken as proof that a row is gone."""
     a = audit_events.c
     detail = await conn.scalar(
         sa.select(a.detail).where(a.tenant_id == tenant_id, a.kind == "audit_prune").order_by(a.id.desc()).limit(1)
     )
     try:
-        seq, months = detail["through_chain_seq"], detail["months"]
-        last = max(datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC) for month in months)
-    except (TypeError, KeyError, ValueError):
+        seq = detail["through_chain_seq"]
+    except (TypeError, KeyError):
         return None
-    if type(seq) is not int:
-        return None
-    following = last.replace(year=last.year + 1, month=1) if last.month == 12 else last.replace(month=last.month + 1)
-    return LastPrune(seq, following)
+    return LastPrune(seq) if type(seq) is int else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +185,13 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             0,
         )
 
+    # A link without its row is a pruned row's only while the chain is still at the boundary
+    # the prune left: before the oldest month kept (its partition, which no record can forge,
+    # is gone) and before any row of a kept month written a day or more after that month
+    # began (only rows sealed out of order across the boundary come before pruned ones).
+    kept = await months(conn)
+    kept_from = kept[0].start if kept else None
+    settled = False
     expected_seq, prev = anchor_seq + 1, anchor_hash
     verified = pruned_rows = 0
     after: int | None = None
@@ -208,7 +215,8 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
                 moved = await conn.scalar(
                     sa.select(sa.func.count()).where(a.tenant_id == tenant_id, a.id == row.audit_id)
                 )
-                if moved or pruned is None or row.linked_at >= pruned.dropped_before:
+                dropped = pruned is not None and kept_from is not None and row.linked_at < kept_from
+                if moved or not dropped or settled:
                     reason = (
                         "its content does not match its content hash" if moved
                         else "its audit row is missing (the link is there, the row is not)"
@@ -217,6 +225,8 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
                 pruned_rows += 1  # its month was dropped: the link still chains the rows around it
             elif content_hash(row) != row.content_hash:
                 return broken(row.id, row.chain_seq, "its content does not match its content hash", verified)
+            elif kept_from is None or row.linked_at >= kept_from + BOUNDARY:
+                settled = True  # past the months' boundary: every row from here on is there
             if row.prev_hash != prev:
                 return broken(row.audit_id, row.chain_seq, "its previous-row hash does not match the row before it",
                               verified)

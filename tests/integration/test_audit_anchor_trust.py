@@ -19,7 +19,7 @@ from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
 from tests.integration.test_audit_chain import _insert, _row, _signed, _tampering, _verify
-from tests.support.db import months_ago
+from tests.support.db import across_a_month_boundary, months_ago
 from tests.support.processes import run_cli
 
 
@@ -124,12 +124,13 @@ async def test_a_start_moved_past_the_one_the_last_prune_recorded_is_caught(db):
 async def test_a_kept_row_sealed_before_a_pruned_one_cannot_be_rewritten_with_its_own_link(db):
     """The review's second note: a row of a kept month sealed before a row of a dropped month
     stayed behind the anchor, checked only against its own link."""
-    kept = await _insert(db, [_row(n=i) for i in range(3)])
+    old, young_at, age = across_a_month_boundary()
+    kept = await _insert(db, [_row(n=i, created_at=young_at + timedelta(seconds=i)) for i in range(3)])
     await AuditSealer(db).seal_pending()
-    await _insert(db, [_row(n=9, created_at=months_ago(5))])  # an old time, sealed after the others
+    await _insert(db, [_row(n=9, created_at=old)])  # written before midnight, sealed after the others
     await _insert(db, [_row(n=i) for i in range(10, 12)])
     await AuditSealer(db).seal_pending()
-    [result] = (await prune(db, older_than=parse_age("90d"))).tenants
+    [result] = (await prune(db, older_than=age)).tenants
     assert (result.removed_rows, result.anchor_seq) == (1, 0)
     await AuditSealer(db).seal_pending()
     intact = await _verify(db)
@@ -141,15 +142,16 @@ async def test_a_kept_row_sealed_before_a_pruned_one_cannot_be_rewritten_with_it
 
 
 async def test_a_signed_anchor_among_pruned_rows_is_checked_through_their_links(db):
-    kept = await _insert(db, [_row(n=0)])
+    old, young_at, age = across_a_month_boundary()
+    kept = await _insert(db, [_row(n=0, created_at=young_at)])
     await AuditSealer(db).seal_pending()
-    await _insert(db, [_row(n=i, created_at=months_ago(5) + timedelta(seconds=i)) for i in range(1, 4)])
+    await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(1, 4)])
     await _insert(db, [_row(n=4)])
     await AuditSealer(db).seal_pending()
     anchored = Anchor(
         tenant_id="acme", chain_seq=3, chain_hash=await _hash_at(db, 3), issued_at=datetime.now(UTC), key_id="k"
     )
-    await prune(db, older_than=parse_age("90d"))
+    await prune(db, older_than=age)
     async with db.connect() as conn:
         report = await verify_chain(conn, tenant_id="acme", anchor=anchored)
     assert report.ok, report.describe()
@@ -159,3 +161,27 @@ async def test_a_signed_anchor_among_pruned_rows_is_checked_through_their_links(
     async with db.connect() as conn:
         report = await verify_chain(conn, tenant_id="acme", anchor=anchored)
     assert not report.ok and report.broken_seq == 2
+
+
+async def test_a_row_deleted_behind_a_forged_prune_record_is_caught(db):
+    """The second review: a prune record is a row anyone who can write rows can write. One
+    naming a far month, then a row deleted with its link kept, must not pass as pruned."""
+    ids = await _insert(db, [_row(n=i) for i in range(5)])
+    await AuditSealer(db).seal_pending()
+    forged = {"through_chain_seq": 0, "removed_rows": 1, "months": ["2099-12"]}
+    await _insert(db, [_row(n=9, kind="audit_prune", detail=forged)])
+    await AuditSealer(db).seal_pending()
+    async with _tampering(db) as conn:
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.id == ids[2]))
+    report = await _verify(db)
+    assert (report.ok, report.broken_row_id, report.broken_seq) == (False, ids[2], 3)
+    assert "its audit row is missing" in report.describe()
+
+    # Its link dated back into a month no partition holds any more: still not a pruned row,
+    # since rows written well after the oldest kept month began come before it.
+    async with _tampering(db) as conn:
+        await conn.execute(
+            sa.update(audit_links).where(audit_links.c.audit_id == ids[2]).values(created_at=months_ago(30))
+        )
+    report = await _verify(db)
+    assert (report.ok, report.broken_seq) == (False, 3)

@@ -26,7 +26,7 @@ from gateway.audit.verify import VerifyReport, verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
-from tests.support.db import months_ago
+from tests.support.db import across_a_month_boundary, months_ago
 from tests.support.processes import run_cli
 
 
@@ -252,14 +252,14 @@ async def test_prune_seals_old_rows_first_and_a_kept_row_sealed_earlier_stays_ch
     """Rows sealed out of created_at order near a month's end: a row of a kept month sealed
     before a row of a dropped month keeps the chain's start below it, and the links of the
     dropped rows after it stay, so that it is still chained to the rows after it."""
-    old = months_ago(5)
+    old, young_at, age = across_a_month_boundary()
     [first_old, young, second_old] = await _insert(
-        db, [_row(n=0, created_at=old), _row(n=1), _row(n=2, created_at=old)]
+        db, [_row(n=0, created_at=old), _row(n=1, created_at=young_at), _row(n=2, created_at=old)]
     )
     await AuditSealer(db).seal_pending()
     [unsealed_old] = await _insert(db, [_row(n=3, created_at=old)])
 
-    pruned = await prune(db, older_than=timedelta(days=90))
+    pruned = await prune(db, older_than=age)
 
     # The prune sealed the old row first, then dropped its whole month.
     [result] = pruned.tenants

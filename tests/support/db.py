@@ -89,3 +89,19 @@ def months_ago(months: int, *, day: int = 2, now: datetime | None = None) -> dat
     now = now or datetime.now(UTC)
     index = now.year * 12 + now.month - 1 - months
     return datetime(index // 12, index % 12 + 1, day, 12, tzinfo=UTC)
+
+
+def month_start(months: int, *, now: datetime | None = None) -> datetime:
+    """Midnight UTC on the first day of the calendar month ``months`` before the current one."""
+    now = now or datetime.now(UTC)
+    index = now.year * 12 + now.month - 1 - months
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+def across_a_month_boundary(*, now: datetime | None = None) -> tuple[datetime, datetime, timedelta]:
+    """Times on either side of the start of last month, as rows sealed out of order there have
+    them (a transaction open across midnight), and the age a prune needs to drop the month
+    before last and keep last month: (dropped row's time, kept row's time, age)."""
+    now = now or datetime.now(UTC)
+    boundary = month_start(1, now=now)
+    return boundary - timedelta(minutes=10), boundary + timedelta(minutes=30), now - (boundary + timedelta(days=1))
