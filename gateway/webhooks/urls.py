@@ -16,15 +16,12 @@ import socket
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 MAX_URL_LENGTH = 2000
-RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
-"""Webhook hosts are resolved on threads of their own: a lookup that hangs (a tenant's
-receiver behind a slow name server) is abandoned at its deadline but holds its thread, and
-on the event loop's shared pool enough of them would stall every other lookup of the
-process, an HTTP tool's or a model's included."""
 _INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
 """Unicode categories refused anywhere in a URL: controls (C1 ones too), format characters
 (bidi overrides), separators and spaces. A URL is shown to people and printed on terminals."""
@@ -128,17 +125,59 @@ def _valid_name(host: str) -> bool:
     return len(host.removesuffix(".")) <= 253 and all(1 <= len(label) <= 63 for label in labels)
 
 
-async def resolve_checked(target: Target, *, timeout_s: float) -> str:
+class Resolver:
+    """Webhook hosts' lookups, on threads of their own, a few per tenant.
+
+    A lookup that hangs (a receiver behind a name server that never answers) is abandoned at
+    its deadline but keeps its thread until the system's resolver gives up. On the event
+    loop's shared pool enough of them would stall every other lookup of the process, an HTTP
+    tool's or a model's included; on one small pool, one tenant's would stall every other
+    tenant's webhooks. So a tenant holds at most ``per_tenant`` threads, counted until each
+    lookup really ends, and waits (within its deadline) for one of its own to free."""
+
+    def __init__(
+        self, *, threads: int = 32, per_tenant: int = 4, lookup: Callable[..., list[Any]] = socket.getaddrinfo
+    ) -> None:
+        """``lookup``: the system's resolver (a test gives one that hangs for some names)."""
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook-dns")
+        self._lookup = lookup
+        self._per_tenant = per_tenant
+        self._busy: dict[str, int] = {}
+        self._freed = asyncio.Condition()
+
+    async def getaddrinfo(self, tenant_id: str, host: str, port: int) -> list[Any]:
+        """``socket.getaddrinfo`` for a TCP connection; the caller bounds the wait."""
+        async with self._freed:
+            await self._freed.wait_for(lambda: self._busy.get(tenant_id, 0) < self._per_tenant)
+            self._busy[tenant_id] = self._busy.get(tenant_id, 0) + 1
+        lookup = asyncio.get_running_loop().run_in_executor(
+            self._executor,
+            functools.partial(self._lookup, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
+        )
+        lookup.add_done_callback(lambda _: asyncio.ensure_future(self._release(tenant_id)))
+        return await asyncio.shield(lookup)
+
+    async def _release(self, tenant_id: str) -> None:
+        async with self._freed:
+            left = self._busy.get(tenant_id, 1) - 1
+            if left:
+                self._busy[tenant_id] = left
+            else:
+                self._busy.pop(tenant_id, None)
+            self._freed.notify_all()
+
+    def close(self) -> None:
+        """No new lookups; a thread still in one ends with it."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def resolve_checked(target: Target, *, timeout_s: float, resolver: Resolver, tenant_id: str) -> str:
     """The address to send to: the host's first resolved address, once every address it
     resolves to is public (or the host is allow-listed). ``UrlRefused`` otherwise."""
     port = target.url.port or (443 if target.url.scheme == "https" else 80)
     try:
         async with asyncio.timeout(timeout_s):
-            infos = await asyncio.get_running_loop().run_in_executor(
-                RESOLVER, functools.partial(
-                    socket.getaddrinfo, target.host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-                )
-            )
+            infos = await resolver.getaddrinfo(tenant_id, target.host, port)
     except (OSError, TimeoutError, UnicodeError):
         raise UrlRefused("The host could not be resolved.") from None
     addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]

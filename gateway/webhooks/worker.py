@@ -33,7 +33,7 @@ from gateway.execution.approvals import _EXPIRY_CONTENTS as EXPIRY_CONTENTS
 from gateway.settings import WebhookSettings
 from gateway.webhooks import store
 from gateway.webhooks.events import event_data, sign, slack_body, standard_body
-from gateway.webhooks.urls import UrlRefused, check_url, pinned, resolve_checked
+from gateway.webhooks.urls import Resolver, UrlRefused, check_url, pinned, resolve_checked
 
 log = structlog.get_logger("gateway.webhooks")
 
@@ -63,6 +63,7 @@ class WebhookWorker:
         self._settings = settings
         self._base_url = public_base_url or settings.public_base_url
         self._task: asyncio.Task[None] | None = None
+        self._resolver = Resolver()
         self._next_sweep = 0.0
         # Its own client: no connection is kept for reuse (a receiver's late bytes can never
         # become the next delivery's answer), redirects are not followed, no proxy from the
@@ -177,7 +178,9 @@ class WebhookWorker:
         status: int | None = None
         try:
             async with asyncio.timeout(self._settings.timeout_s):
-                address = await resolve_checked(target, timeout_s=self._settings.timeout_s)
+                address = await resolve_checked(
+                    target, timeout_s=self._settings.timeout_s, resolver=self._resolver, tenant_id=row.tenant_id
+                )
                 extensions = {"sni_hostname": target.host} if target.url.scheme == "https" else {}
                 request = self._http.build_request(
                     "POST", pinned(target, address), content=body, headers=headers, extensions=extensions
@@ -246,4 +249,5 @@ class WebhookWorker:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        self._resolver.close()
         await self._http.aclose()

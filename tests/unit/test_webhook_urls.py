@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.webhooks.urls import Target, UrlRefused, check_url, pinned, resolve_checked
+from gateway.webhooks.urls import Resolver, Target, UrlRefused, check_url, pinned, resolve_checked
 
 
 @pytest.mark.parametrize(
@@ -112,41 +112,55 @@ def test_an_allow_listed_host_may_use_http_and_a_loopback_address():
         check_url("http://127.0.0.2:8080/hook", ("127.0.0.1",))
 
 
-async def test_a_name_resolving_to_loopback_is_refused_at_delivery():
+@pytest.fixture
+def resolver():
+    made = Resolver()
+    yield made
+    made.close()
+
+
+async def test_a_name_resolving_to_loopback_is_refused_at_delivery(resolver):
     """A name passes at creation; at delivery it resolves to a loopback address: refused."""
     target = Target(url=check_url("https://hooks.example.com/x", ()).url.copy_with(host="localhost"),
                     host="localhost", allow_listed=False)
     with pytest.raises(UrlRefused):
-        await resolve_checked(target, timeout_s=5)
+        await resolve_checked(target, timeout_s=5, resolver=resolver, tenant_id="acme")
 
 
-async def test_the_request_goes_to_the_checked_address_with_the_name_kept_for_host_and_tls():
+async def test_the_request_goes_to_the_checked_address_with_the_name_kept_for_host_and_tls(resolver):
     target = check_url("http://localhost:8080/hook?a=1", ("localhost",))
-    address = await resolve_checked(target, timeout_s=5)
+    address = await resolve_checked(target, timeout_s=5, resolver=resolver, tenant_id="acme")
     assert address in ("127.0.0.1", "::1")
     url = pinned(target, address)
     assert url.host == address and url.port == 8080 and url.raw_path == b"/hook?a=1"
     assert target.url.netloc == b"localhost:8080"
 
 
-async def test_webhook_lookups_that_hang_hold_their_own_threads_never_the_loops():
-    # Every resolver thread stuck (a tenant's hosts behind a name server that never answers):
-    # the webhook lookup waits for its deadline, and the loop's own lookups, which HTTP tools
-    # and models use, still answer.
+async def test_one_tenants_lookups_that_hang_hold_a_few_threads_never_another_tenants():
+    # A tenant's hosts behind a name server that never answers: its lookups give up at their
+    # deadline but keep their threads; another tenant's lookups, and the loop's own, answer.
     import asyncio
+    import socket
     import threading
 
-    from gateway.webhooks import urls
-
     release = threading.Event()
-    stuck = [urls.RESOLVER.submit(release.wait, 30) for _ in range(urls.RESOLVER._max_workers)]
+
+    def system_resolver(host, *args, **kwargs):  # the part of the system this test stands in for
+        if host.startswith("hang"):
+            release.wait(30)
+        return socket.getaddrinfo(host, *args, **kwargs)
+
+    resolver = Resolver(threads=4, per_tenant=2, lookup=system_resolver)
     try:
-        target = check_url("http://localhost:8080/hook", ("localhost",))
-        with pytest.raises(UrlRefused, match="could not be resolved"):
-            await resolve_checked(target, timeout_s=0.2)
-        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo("localhost", 80), timeout=5)
-        assert infos
+        for n in range(3):
+            hanging = check_url(f"http://hang{n}.localhost/hook", ("hang0.localhost", "hang1.localhost",
+                                                                    "hang2.localhost"))
+            with pytest.raises(UrlRefused, match="could not be resolved"):
+                await resolve_checked(hanging, timeout_s=0.2, resolver=resolver, tenant_id="acme")
+        other = check_url("http://localhost:8080/hook", ("localhost",))
+        assert await resolve_checked(other, timeout_s=5, resolver=resolver, tenant_id="globex") in (
+            "127.0.0.1", "::1")
+        assert await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo("localhost", 80), timeout=5)
     finally:
         release.set()
-        for future in stuck:
-            future.result(timeout=5)
+        resolver.close()
