@@ -39,6 +39,9 @@ AtLeast1 = Annotated[int, Meta(ge=1)]
 NotNegative = Annotated[float, Meta(ge=0)]
 Positive = Annotated[float, Meta(gt=0)]
 HttpUrl = Annotated[str, Meta(pattern=HTTP_URL)]
+DatabaseTimeout = Annotated[float, Meta(ge=0.001, le=86_400)]
+"""A PostgreSQL session timeout, sent in whole milliseconds: under one it would be 0, which
+PostgreSQL reads as no limit at all."""
 LlmKind = Literal["openai", "ollama", "demo"]
 
 
@@ -96,8 +99,8 @@ class DatabaseSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=T
     embedded_data_dir: str = DEFAULT_EMBEDDED_DATA_DIR
     pool_size: AtLeast1 = 10
     pool_timeout_s: Positive = 5.0
-    statement_timeout_s: Positive = 10.0
-    idle_in_transaction_timeout_s: Positive = 30.0
+    statement_timeout_s: DatabaseTimeout = 10.0
+    idle_in_transaction_timeout_s: DatabaseTimeout = 30.0
     pgbouncer: bool = False
     group_commit_lanes: Annotated[int, Meta(ge=1, le=16)] = 2
     group_commit_max_requests: Annotated[int, Meta(ge=1, le=1000)] = 64
@@ -252,7 +255,7 @@ class HttpClientSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields
 class LogSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
     env_prefix = "log_"
 
-    level: Annotated[str, Meta(pattern="^(?i:debug|info|warning|error)$")] = "INFO"
+    level: Annotated[str, Meta(pattern="^(?i:debug|info|warn|warning|error|critical|fatal)$")] = "INFO"
     format: Literal["json", "console"] = "json"
 
 
@@ -461,9 +464,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         }
 
 
-DATABASE_URL_QUERY = ("host", "port", "sslmode", "ssl")
-"""What a database URL's query may hold: a socket folder and port, and TLS (libpq's
-``sslmode``, or asyncpg's ``ssl``, with the same modes)."""
+DATABASE_URL_QUERY = ("host", "port", "sslmode", "ssl", "target_session_attrs")
+"""What a database URL's query may hold, as both of the gateway's pools take it: hosts and
+ports (a socket folder, or several servers to try in turn), TLS (libpq's ``sslmode``, or
+asyncpg's ``ssl``, with the same modes), and which server of several to settle on."""
+REPEATABLE_QUERY = ("host", "port")
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
@@ -481,7 +486,7 @@ def database_url_problem(url: str) -> str | None:
         if key not in DATABASE_URL_QUERY:
             return (f"takes only the query parameters {', '.join(DATABASE_URL_QUERY)}, not {key!r} "
                     "(timeouts and pool sizes are GATEWAY_DATABASE_* settings)")
-        if not isinstance(value, str):
+        if not isinstance(value, str) and key not in REPEATABLE_QUERY:
             return f"gives {key!r} more than once"
         if key in ("ssl", "sslmode") and value not in SSL_MODES:
             return f"{key} must be one of {', '.join(SSL_MODES)}"
@@ -571,7 +576,7 @@ MESSAGES = {
     "(unset GATEWAY_DATABASE_URL to use the embedded one, started from ./.gateway/postgres)",
     "jwt_algorithms": f"GATEWAY_JWT_ALGORITHMS may only name {', '.join(JWT_ALGORITHMS)}; 'none' is never allowed",
     "llm_providers": "GATEWAY_LLM_PROVIDERS must be a JSON list of providers",
-    "log_level": "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR",
+    "log_level": "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL",
 }
 PATTERNS = {HTTP_URL: "an http(s) URL"}
 _PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
@@ -711,7 +716,7 @@ FIELD_DOCS: dict[str, str] = {
     "the least recently used is closed).",
     "http_connect_timeout_s": "Timeout to open a connection to a business service, in seconds (the call as a "
     "whole is bounded by the tool's timeout).",
-    "log_level": "Log level: DEBUG, INFO, WARNING, ERROR.",
+    "log_level": "Log level: DEBUG, INFO, WARNING, ERROR, CRITICAL (any case; WARN and FATAL too).",
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
     "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",
     "shutdown_timeout_s": "On SIGTERM, seconds in-flight requests get to finish before they are cancelled.",

@@ -284,10 +284,14 @@ def test_gateway_tenants_approval_mode_lets_the_operator_bypass_approvals_for_on
     assert unknown.returncode == 1 and "no tool 'no_such_tool'" in unknown.stderr
 
 
-def test_a_libpq_sslmode_in_the_database_url_reaches_both_pools(empty_pg_url):
+@pytest.mark.parametrize("form", ["sslmode", "failover"])
+def test_a_libpq_sslmode_or_several_hosts_in_the_database_url_reach_both_pools(empty_pg_url, form):
     # Operators write libpq's sslmode; asyncpg.connect takes it as ssl (SQLAlchemy passes the
-    # query on as keyword arguments: sslmode was a TypeError on every connection).
-    url = f"{empty_pg_url}?sslmode=prefer"
+    # query on as keyword arguments: sslmode was a TypeError on every connection). Several
+    # hosts to try in turn, with the kind of server to settle on, reach both pools too.
+    server, database = empty_pg_url.split("@", 1)[1].split("/", 1)
+    url = (f"{empty_pg_url}?sslmode=prefer" if form == "sslmode" else
+           f"postgresql+asyncpg://postgres@/{database}?host={server}&host={server}&target_session_attrs=read-write")
     done = gateway("migrate", GATEWAY_DATABASE_URL=url)
     assert done.returncode == 0, done.stderr
 
@@ -300,6 +304,8 @@ def test_a_libpq_sslmode_in_the_database_url_reaches_both_pools(empty_pg_url):
         return engine_answer, driver_answer
 
     assert asyncio.run(both_pools()) == (1, 2)
+    if form != "sslmode":
+        return
     # This server speaks no TLS: requiring it is a refusal in one line, never a traceback.
     refused = gateway("migrate", GATEWAY_DATABASE_URL=f"{empty_pg_url}?sslmode=require")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr

@@ -152,15 +152,20 @@ def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable()
         ("GATEWAY_TOOL_TIMEOUT_S", "0", "GATEWAY_TOOL_TIMEOUT_S must be a number more than 0"),
         ("GATEWAY_DATABASE_POOL_SIZE", "-1", "GATEWAY_DATABASE_POOL_SIZE must be an integer at least 1"),
         ("GATEWAY_DATABASE_STATEMENT_TIMEOUT_S", "-1",
-         "GATEWAY_DATABASE_STATEMENT_TIMEOUT_S must be a number more than 0"),
+         "GATEWAY_DATABASE_STATEMENT_TIMEOUT_S must be a number at least 0.001 and at most 86400"),
+        ("GATEWAY_DATABASE_STATEMENT_TIMEOUT_S", "0.0001",
+         "GATEWAY_DATABASE_STATEMENT_TIMEOUT_S must be a number at least 0.001 and at most 86400"),
+        ("GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S", "3e6",
+         "GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S must be a number at least 0.001 and at most 86400"),
         ("GATEWAY_POLICY_CACHE_S", "-5", "GATEWAY_POLICY_CACHE_S must be a number at least 0"),
-        ("GATEWAY_LOG_LEVEL", "FOO", "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR"),
+        ("GATEWAY_LOG_LEVEL", "FOO", "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h:notaport/db",
          "GATEWAY_DATABASE_URL is not a URL the driver can read (user@host:port/database)"),
         ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h:99999/db",
          "GATEWAY_DATABASE_URL names port 99999, which no server listens on"),
         ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h/db?connect_timeout=5",
-         "GATEWAY_DATABASE_URL takes only the query parameters host, port, sslmode, ssl, not 'connect_timeout' "
+         "GATEWAY_DATABASE_URL takes only the query parameters host, port, sslmode, ssl, target_session_attrs, "
+         "not 'connect_timeout' "
          "(timeouts and pool sizes are GATEWAY_DATABASE_* settings)"),
         ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h/db?sslmode=on",
          "GATEWAY_DATABASE_URL sslmode must be one of disable, allow, prefer, require, verify-ca, verify-full"),
@@ -215,11 +220,13 @@ def test_the_json_depth_limit_defaults_to_64_and_is_read_from_its_variable():
 @pytest.mark.parametrize(
     "url",
     ["postgresql+asyncpg://u@h/db?sslmode=verify-full", "postgresql+asyncpg://u@h:6432/db?ssl=require",
-     "postgresql+asyncpg://u@/db?host=/run/postgresql&port=5433"],
+     "postgresql+asyncpg://u@/db?host=/run/postgresql&port=5433",
+     "postgresql+asyncpg://u@/db?host=h1:5432&host=h2:5432&target_session_attrs=read-write"],
 )
 def test_tls_modes_and_socket_folders_are_database_urls_the_gateway_takes(url):
     assert Settings.from_env({"GATEWAY_DATABASE_URL": url}).database.url == url
 
 
-def test_a_log_level_is_taken_in_any_case():
-    assert Settings.from_env({"GATEWAY_LOG_LEVEL": "debug"}).log.level == "debug"
+@pytest.mark.parametrize("level", ["debug", "INFO", "Warn", "warning", "ERROR", "critical", "FATAL"])
+def test_a_log_level_is_taken_in_any_case_by_any_of_its_names(level):
+    assert Settings.from_env({"GATEWAY_LOG_LEVEL": level}).log.level == level
