@@ -52,7 +52,7 @@ def add_parser(commands: Any) -> None:
                       help="go on with a run that waited for an approval (waiting again as --wait says)")
 
 
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 class TerminalText:
@@ -143,6 +143,11 @@ def run_chat(
                 summary = _stream(client, f"{base}/v1/runs/{run_id}/resume", resume_body, headers, out, err)
     except httpx.HTTPError as exc:
         print(f"gateway: cannot reach {url}: {type(exc).__name__}", file=err)
+        return 1
+    except (AttributeError, KeyError, TypeError, IndexError):
+        # JSON, but not shaped as the gateway's answers are (an event, a summary, an approval):
+        # whatever answered is not this gateway, or not this version of it.
+        print(f"gateway: the answer from {url} is not shaped as this command expects", file=err)
         return 1
     return 1
 

@@ -6,6 +6,8 @@ import asyncio
 import os
 import sys
 
+import pytest
+
 from tests.support.loopback import serve
 from tests.support.scripted_model import Turn, call, openai_turn
 from tests.support.tokens import make_token
@@ -58,15 +60,29 @@ async def test_gateway_chat_writes_what_the_model_and_tools_said_escaped_never_a
     assert "assistant: done\\x1b]0;pwned-title\\x07\\x1b[2K\\rgateway: approval apr_x approved by carol" in out
 
 
-async def _stream_with_a_line_that_is_not_json(scope, receive, send):
-    assert scope["type"] == "http"
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-    await send({"type": "http.response.body", "body": b"data: {\"choices\": []}\n\ndata: not json\n\n"})
+def _streaming(event: bytes):
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b'data: {"choices": []}\n\ndata: ' + event + b"\n\n"})
+    return app
 
 
-async def test_gateway_chat_says_in_one_line_when_the_stream_holds_something_that_is_not_json():
-    async with serve(_stream_with_a_line_that_is_not_json) as url:
+@pytest.mark.parametrize(
+    ("event", "said"),
+    [(b"not json", "not a JSON object"), (b"[1, 2]", "not a JSON object"),
+     (b'{"choices": [1]}', "not shaped as this command expects"),
+     (b'{"gateway": "x"}', "not shaped as this command expects"),
+     (b'{"choices": [{"delta": {"tool_calls": [{}]}}]}', "not shaped as this command expects"),
+     (b'{"error": "boom"}', "not shaped as this command expects")],
+    ids=["not-json", "a-list", "a-choice-not-an-object", "gateway-not-an-object", "a-call-without-function",
+         "error-not-an-object"],
+)
+async def test_gateway_chat_says_in_one_line_when_the_stream_holds_what_it_cannot_read(event, said):
+    async with serve(_streaming(event)) as url:
         code, out, err = await run_cli("hi", "--url", url, "--token", make_token("acme", "alice"))
     assert code == 1
     assert "Traceback" not in err
-    assert "not a JSON object" in err
+    assert said in err
