@@ -18,6 +18,7 @@ decoder's complaint into words naming the line and column where the document bro
 
 from __future__ import annotations
 
+import math
 import re
 from array import array
 from datetime import UTC, datetime
@@ -98,6 +99,23 @@ def holds_unstorable(value: Any) -> bool:
                 return True
         elif isinstance(item, dict):
             stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def holds_non_finite(value: Any) -> bool:
+    """Whether a JSON-like value holds a float JSON cannot write (infinite or NaN: a parser
+    reads 1e400 as infinity, and an encoder writes it back as null). Iterative, like
+    ``holds_unstorable``."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)

@@ -25,7 +25,7 @@ from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, upstream_cli
 from tests.conftest import _admin
 from tests.integration.http_env import Caller, seed_with_grants
 from tests.support.app import make_settings
-from tests.support.hostile_mcp import HostileMcp
+from tests.support.hostile_mcp import TOOLS, HostileMcp
 from tests.support.loopback import ServerThread, loopback_socket
 from tests.support.logs import CapturedLogs
 from tests.support.mcp_upstream import McpUpstream, UpstreamState
@@ -39,7 +39,7 @@ WAIT_S = 20.0
 TOOLS_TOML = """
 [mcp_servers.hostile]
 url = "{hostile_url}"
-include = ["echo", "wait"]
+include = ["echo", "wait", "huge"]
 
 [mcp_servers.hostile.tools.echo]
 name = "hostile_echo"
@@ -50,6 +50,10 @@ timeout_s = 1.5
 name = "hostile_wait"
 permission = "notes:read"
 timeout_s = 8
+
+[mcp_servers.hostile.tools.huge]
+name = "hostile_huge"
+permission = "notes:read"
 
 [mcp_servers.notes]
 url = "{notes_url}"
@@ -118,7 +122,7 @@ async def test_a_caller_cancelled_while_a_session_opens_is_cancelled_at_once_and
             await (await ends_within(BOUND_S, open_under_a_deadline()))
         hostile.mode = "normal"
         listed = await (await ends_within(BOUND_S, upstream_session.list_tools()))
-    assert {tool.name for tool in listed} == {"echo", "wait"}
+    assert {tool.name for tool in listed} == {tool["name"] for tool in TOOLS}
 
 
 async def test_a_session_that_hangs_initialize_and_drips_its_delete_is_unavailable_within_the_open_timeout(
@@ -131,7 +135,7 @@ async def test_a_session_that_hangs_initialize_and_drips_its_delete_is_unavailab
         assert "initialize" in hostile.seen
         hostile.mode = "normal"
         listed = await (await ends_within(BOUND_S, upstream_session.list_tools()))
-    assert {tool.name for tool in listed} == {"echo", "wait"}
+    assert {tool.name for tool in listed} == {tool["name"] for tool in TOOLS}
 
 
 async def test_a_call_reads_its_answer_for_as_long_as_its_own_timeout_not_the_clients(hostile: HostileMcp):
@@ -197,6 +201,18 @@ async def hostile_served(gw: Caller) -> bool:
     tools = (await gw.client.get("/v1/tools", headers=auth_for("alice"))).json()["tools"]
     return (not any(p["component"] == "mcp_server:hostile" for p in readiness.get("degraded", []))
             and any(t["function"]["name"] == "hostile_echo" for t in tools))
+
+
+async def test_structured_content_holding_a_number_no_float_holds_is_passed_as_its_text_never_changed(
+    env: Env, gw: Caller
+):
+    # 1e400 is read as infinity, which an encoder writes back as null: the value would change.
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    with_text = await gw.call("hostile_huge", {"with_text": True})
+    assert (with_text["ok"], with_text["result"]) == (True, '{"amount": 1e400, "id": 7}')
+    without = await gw.call("hostile_huge", {"with_text": False})
+    assert without["ok"] is False and without["error"]["code"] == "TOOL_EXECUTION_FAILED"
+    assert "number JSON cannot hold" in without["error"]["message"]
 
 
 async def test_a_tool_slower_than_the_list_timeout_answers_within_its_own_timeout(env: Env, gw: Caller):

@@ -24,11 +24,20 @@ TOOLS = [
     {"name": "wait", "description": "Answers after `ms` milliseconds.",
      "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"],
                      "additionalProperties": False}},
+    {"name": "huge", "description": "Answers structured content holding 1e400, with its text or without.",
+     "inputSchema": {"type": "object", "properties": {"with_text": {"type": "boolean"}}, "required": ["with_text"],
+                     "additionalProperties": False}},
 ]
+HUGE = '{"amount": 1e400, "id": 7}'
+"""Valid JSON that no float holds: a parser reads infinity, an encoder writes null."""
 
 
 def _json_response(message: dict[str, Any], *, session_id: str | None = None) -> bytes:
-    body = json.dumps(message).encode()
+    return _json_response_text(json.dumps(message), session_id=session_id)
+
+
+def _json_response_text(text: str, *, session_id: str | None = None) -> bytes:
+    body = text.encode()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
     if session_id is not None:
         head += b"\r\nmcp-session-id: " + session_id.encode()
@@ -140,6 +149,10 @@ class HostileMcp:
             if hostile:
                 return _empty(b"404 Not Found")
             arguments = params.get("arguments") or {}
+            if params.get("name") == "huge":
+                content = [{"type": "text", "text": HUGE}] if arguments.get("with_text") else []
+                body = json.dumps({**reply, "result": {"content": content, "structuredContent": "__HUGE__"}})
+                return _json_response_text(body.replace('"__HUGE__"', HUGE))
             if params.get("name") == "wait":
                 await asyncio.sleep(arguments["ms"] / 1000)
                 text = "waited"

@@ -29,7 +29,7 @@ from gateway.mcp.upstream.config import McpServerSpec, McpToolSpec
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession
 from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, call_response_limit
 from gateway.observability.timing import elapsed_ms
-from gateway.text import holds_unstorable, nests_deeper_than, storable_text
+from gateway.text import holds_non_finite, holds_unstorable, nests_deeper_than, storable_text
 from gateway.tools.base import Tool, ToolContext
 from gateway.tools.http import call_idempotency_key
 from gateway.tools.json_arguments import JsonSchemaArguments, SchemaError, strict_schema
@@ -199,7 +199,13 @@ class McpToolHandler:
         texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
         if result.is_error:
             raise self._is_error(" ".join(texts), started)
-        if result.structured_content is not None:
+        if result.structured_content is not None and holds_non_finite(result.structured_content):
+            # 1e400 was read as infinity and would be written back as null: the value would
+            # change on its way. The text the server gave with it (MCP asks for one) goes instead.
+            if not texts:
+                raise self._failed("mcp_call_refused_answer", "The MCP server answered with a number JSON cannot "
+                                   "hold.", started, retryable=False, problem="non_finite_number")
+        elif result.structured_content is not None:
             encoded = msgspec.json.encode(result.structured_content)
             if nests_deeper_than(encoded, self._max_json_depth):
                 raise self._failed("mcp_call_refused_answer", "The MCP server answered with nesting too deep to pass on.",
