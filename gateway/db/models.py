@@ -433,6 +433,11 @@ class WebhookDelivery(Base):
         ),
         # The worker's due list, across tenants.
         sa.Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+        # Each tenant's deliveries not yet sent, oldest due first: the worker's claim (migration 0021).
+        sa.Index(
+            "ix_webhook_deliveries_tenant_due", "tenant_id", "next_attempt_at", "id",
+            postgresql_where=sa.text("state IN ('pending', 'in_flight')"),
+        ),
         sa.Index("ix_webhook_deliveries_subscription", "tenant_id", "subscription_id", "created_at"),
     )
 

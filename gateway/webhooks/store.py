@@ -109,21 +109,64 @@ async def work_to_do(conn: AsyncConnection, *, now: datetime) -> tuple[bool, boo
 
 _CLAIM = sa.text(
     """
-    WITH queue AS (
-        SELECT tenant_id, id, next_attempt_at <= :now AS due,
-               ROW_NUMBER() OVER (PARTITION BY tenant_id
-                                  ORDER BY next_attempt_at > :now DESC, next_attempt_at, id) AS turn
+    WITH RECURSIVE tenants (tenant_id) AS (
+        -- the tenants with deliveries pending or in flight: one probe of the index each
+        SELECT min(tenant_id) FROM webhook_deliveries WHERE state IN ('pending', 'in_flight')
+        UNION ALL
+        SELECT (SELECT min(w.tenant_id) FROM webhook_deliveries AS w
+                 WHERE w.state IN ('pending', 'in_flight') AND w.tenant_id > t.tenant_id)
+          FROM tenants AS t
+         WHERE t.tenant_id IS NOT NULL
+    ), leased AS (
+        SELECT tenant_id, count(*) AS in_flight
           FROM webhook_deliveries
-         WHERE state = 'in_flight' OR (state = 'pending' AND next_attempt_at <= :now)
+         WHERE state = 'in_flight' AND next_attempt_at > :now
+         GROUP BY tenant_id
+    ), heads AS (
+        -- each tenant's oldest due delivery, its turn after those it has in flight
+        SELECT t.tenant_id, coalesce(l.in_flight, 0) + 1 AS turn, h.next_attempt_at, h.id
+          FROM tenants AS t
+          LEFT JOIN leased AS l ON l.tenant_id = t.tenant_id
+         CROSS JOIN LATERAL (SELECT w.next_attempt_at, w.id FROM webhook_deliveries AS w
+                              WHERE w.tenant_id = t.tenant_id AND w.state IN ('pending', 'in_flight')
+                                AND w.next_attempt_at <= :now
+                              ORDER BY w.next_attempt_at, w.id
+                              LIMIT 1) AS h
+    ), queue (tenants, turns, due_at, ids, tenant_id, id) AS (
+        -- the tenants' due deliveries merged by (turn, next_attempt_at), one a step, as far
+        -- as the claim reads: each step takes the lowest head and puts that tenant's next in
+        -- its place (tenant_id, id: the delivery taken, none at the first step)
+        SELECT array_agg(tenant_id), array_agg(turn), array_agg(next_attempt_at), array_agg(id),
+               NULL::varchar, NULL::varchar
+          FROM heads
+        UNION ALL
+        SELECT q.tenants,
+               array_cat(array_append(q.turns[1:p.i - 1], q.turns[p.i] + 1), q.turns[p.i + 1:]),
+               array_cat(array_append(q.due_at[1:p.i - 1], n.next_attempt_at), q.due_at[p.i + 1:]),
+               array_cat(array_append(q.ids[1:p.i - 1], n.id), q.ids[p.i + 1:]),
+               q.tenants[p.i], q.ids[p.i]
+          FROM queue AS q
+         CROSS JOIN LATERAL (SELECT i FROM generate_subscripts(q.ids, 1) AS i
+                              WHERE q.ids[i] IS NOT NULL
+                              ORDER BY q.turns[i], q.due_at[i]
+                              LIMIT 1) AS p
+          LEFT JOIN LATERAL (SELECT w.next_attempt_at, w.id FROM webhook_deliveries AS w
+                              WHERE w.tenant_id = q.tenants[p.i] AND w.state IN ('pending', 'in_flight')
+                                AND w.next_attempt_at <= :now
+                                AND (w.next_attempt_at, w.id) > (q.due_at[p.i], q.ids[p.i])
+                              ORDER BY w.next_attempt_at, w.id
+                              LIMIT 1) AS n ON true
     )
     UPDATE webhook_deliveries AS d
        SET state = 'in_flight', attempts = d.attempts + 1, next_attempt_at = :lease_until, last_attempt_at = :now
       FROM (SELECT w.tenant_id, w.id, w.subscription_id, w.created_at
-              FROM queue JOIN webhook_deliveries AS w ON w.tenant_id = queue.tenant_id AND w.id = queue.id
-             WHERE queue.due AND w.state IN ('pending', 'in_flight') AND w.next_attempt_at <= :now
-             ORDER BY queue.turn, w.next_attempt_at
-             LIMIT :limit
-               FOR UPDATE OF w SKIP LOCKED) AS due,
+              FROM queue AS q
+             CROSS JOIN LATERAL (SELECT w.tenant_id, w.id, w.subscription_id, w.created_at
+                                   FROM webhook_deliveries AS w
+                                  WHERE w.tenant_id = q.tenant_id AND w.id = q.id
+                                    AND w.state IN ('pending', 'in_flight') AND w.next_attempt_at <= :now
+                                    FOR UPDATE SKIP LOCKED) AS w
+             LIMIT :limit) AS due,
            webhook_subscriptions AS s
      -- each due row by its key and its subscription's index's (see _claimed)
      WHERE d.tenant_id = due.tenant_id AND d.id = due.id
@@ -141,7 +184,14 @@ under a live lease (in any process), oldest first, and the lowest ranks are clai
 a tenant with a delivery due goes ahead of another tenant's backlog, however old, and of the
 retries to its receivers that never answer. Locked rows are skipped and the next ranked taken
 (two processes never claim the same row); a row another process claimed since this
-statement's snapshot fails the re-check of its due condition under the lock."""
+statement's snapshot fails the re-check of its due condition under the lock.
+
+What it reads grows with the tenants that have deliveries pending or in flight and with the
+rows it claims or skips, not with a backlog (``ix_webhook_deliveries_tenant_due``): the
+tenants are found one index probe each, and ``queue`` merges their due deliveries in rank
+order lazily, one step per row the claim reads; the claim locks each in that order (the
+nested loop over ``queue`` keeps it) and stops at ``limit``. It must stay so: an ``ORDER BY``
+over ``queue`` would read all of it, every due row."""
 
 
 async def claim_due(conn: AsyncConnection, *, now: datetime, lease: timedelta, limit: int) -> list[Any]:

@@ -109,3 +109,32 @@ async def test_one_tenants_backlog_alone_still_fills_every_slot(db):
     async with db.begin() as conn:
         await conn.execute(sa.delete(deliveries).where(deliveries.c.tenant_id == "globex"))
     assert [row.tenant_id for row in await _claim(db, now=now, limit=4)] == ["acme"] * 4
+
+
+async def test_a_claim_reads_as_far_as_it_claims_not_a_tenants_whole_backlog(db):
+    """The claim merges the tenants' due deliveries through their index and stops at its limit:
+    with 2,000 of acme's deliveries due, claiming 3 reads a few rows, not the backlog."""
+    now = await _acme_backlog_and_one_globex_delivery(db, acme_events=1)
+    async with db.begin() as conn:
+        await conn.execute(sa.text(
+            "INSERT INTO webhook_deliveries (id, tenant_id, subscription_id, event_type, data, created_at, "
+            "next_attempt_at, window_started_at) "
+            "SELECT 'msg_' || n, d.tenant_id, d.subscription_id, d.event_type, d.data, d.created_at, "
+            "d.next_attempt_at + n * interval '1 microsecond', d.window_started_at "
+            "FROM webhook_deliveries d, generate_series(1, 2000) n WHERE d.tenant_id = 'acme'"
+        ))
+        await conn.execute(sa.text("ANALYZE webhook_deliveries"))
+    async with db.begin() as conn:
+        (plan,) = (await conn.execute(
+            sa.text("EXPLAIN (ANALYZE, FORMAT JSON) " + store._CLAIM.text),
+            {"now": now, "lease_until": now + LEASE, "limit": 3},
+        )).scalar_one()
+        await conn.rollback()
+
+    def rows_read(node: dict) -> int:
+        own = 0
+        if node.get("Relation Name") == "webhook_deliveries":
+            own = (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+        return own + sum(rows_read(child) for child in node.get("Plans", []))
+
+    assert rows_read(plan["Plan"]) < 50
