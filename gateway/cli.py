@@ -113,10 +113,13 @@ def _port(text: str) -> int:
 
 
 def _without_password(url: str) -> str:
+    from urllib.parse import unquote
+
     from sqlalchemy.engine import make_url
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        # Unquoted for reading (the embedded server's socket folder is a query parameter).
+        return unquote(make_url(url).render_as_string(hide_password=True))
     except Exception:  # noqa: BLE001 - the settings took it; say nothing of it rather than all of it
         return "(configured)"
 
