@@ -138,7 +138,10 @@ _CLAIM = sa.text(
         -- its place (tenant_id, id: the delivery taken, none at the first step)
         SELECT array_agg(tenant_id), array_agg(turn), array_agg(next_attempt_at), array_agg(id),
                NULL::varchar, NULL::varchar
-          FROM heads
+          -- Only tenants whose head is among the lowest can supply the lowest ranks (a tenant's
+          -- rows all rank after its head); twice the limit leaves room for rows skipped as
+          -- locked. So each step's arrays stay short however many tenants have rows due.
+          FROM (SELECT * FROM heads ORDER BY turn, next_attempt_at LIMIT 2 * :limit) AS lowest
         UNION ALL
         SELECT q.tenants,
                array_cat(array_append(q.turns[1:p.i - 1], q.turns[p.i] + 1), q.turns[p.i + 1:]),
