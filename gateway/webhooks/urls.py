@@ -133,10 +133,11 @@ class Resolver:
     loop's shared pool enough of them would stall every other lookup of the process, an HTTP
     tool's or a model's included; on one small pool, one tenant's would stall every other
     tenant's webhooks. So a tenant holds at most ``per_tenant`` threads, counted until each
-    lookup really ends, and waits (within its deadline) for one of its own to free."""
+    lookup really ends, and waits (within its deadline) for one of its own to free: it takes
+    ``threads / per_tenant`` tenants whose lookups all hang to hold every thread."""
 
     def __init__(
-        self, *, threads: int = 32, per_tenant: int = 4, lookup: Callable[..., list[Any]] = socket.getaddrinfo
+        self, *, threads: int = 64, per_tenant: int = 2, lookup: Callable[..., list[Any]] = socket.getaddrinfo
     ) -> None:
         """``lookup``: the system's resolver (a test gives one that hangs for some names)."""
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="webhook-dns")
@@ -144,18 +145,32 @@ class Resolver:
         self._per_tenant = per_tenant
         self._busy: dict[str, int] = {}
         self._freed = asyncio.Condition()
+        self._releasing: set[asyncio.Task[None]] = set()
 
     async def getaddrinfo(self, tenant_id: str, host: str, port: int) -> list[Any]:
         """``socket.getaddrinfo`` for a TCP connection; the caller bounds the wait."""
         async with self._freed:
             await self._freed.wait_for(lambda: self._busy.get(tenant_id, 0) < self._per_tenant)
             self._busy[tenant_id] = self._busy.get(tenant_id, 0) + 1
-        lookup = asyncio.get_running_loop().run_in_executor(
-            self._executor,
-            functools.partial(self._lookup, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
-        )
-        lookup.add_done_callback(lambda _: asyncio.ensure_future(self._release(tenant_id)))
+        try:
+            lookup = asyncio.get_running_loop().run_in_executor(
+                self._executor,
+                functools.partial(self._lookup, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
+            )
+        except RuntimeError:  # closed: the worker stopped
+            await self._release(tenant_id)
+            raise OSError("the resolver is closed") from None
+        lookup.add_done_callback(lambda done: self._ended(tenant_id, done))
         return await asyncio.shield(lookup)
+
+    def _ended(self, tenant_id: str, lookup: asyncio.Future[Any]) -> None:
+        # Read, so that a lookup abandoned at its deadline that fails later is not logged as
+        # an exception nobody retrieved (its caller has long been told the host did not resolve).
+        if not lookup.cancelled():
+            lookup.exception()
+        release = asyncio.ensure_future(self._release(tenant_id))
+        self._releasing.add(release)
+        release.add_done_callback(self._releasing.discard)
 
     async def _release(self, tenant_id: str) -> None:
         async with self._freed:
