@@ -34,13 +34,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.anchor import Anchor
 from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, audit_links, content_hash, genesis_hash, link_hash
-from gateway.audit.prune import months
 from gateway.audit.sealer import above_watermark, audit_chains, unsealed, watermark
 
 CHUNK = 2000
 BOUNDARY = timedelta(days=1)
-"""How long after a month began a row of it may be sealed before a row of the month before
-(a transaction open across the boundary: bounded by the tool and statement timeouts)."""
+"""How long after a month began a row of it may be sealed before a row of the month before (a
+transaction open across the boundary; the default timeouts bound it to minutes, and a
+transaction open longer than this would make verify report a real prune as broken)."""
+
+_OLDEST_PARTITION = sa.text(
+    r"""
+    SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM $$FROM \('([^']*)'\)$$)::timestamptz)
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'audit_events'::regclass
+    """
+)
+"""Where the oldest partition of ``audit_events`` still attached begins, by its bounds (the
+default partition has none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,11 +196,13 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
         )
 
     # A link without its row is a pruned row's only while the chain is still at the boundary
-    # the prune left: before the oldest month kept (its partition, which no record can forge,
-    # is gone) and before any row of a kept month written a day or more after that month
-    # began (only rows sealed out of order across the boundary come before pruned ones).
-    kept = await months(conn)
-    kept_from = kept[0].start if kept else None
+    # the prune left: before the oldest month kept (its partition, read by its bounds, which
+    # no record or renaming can forge, is gone), before any row of a kept month written a
+    # day or more after that month began (only rows sealed out of order across the boundary
+    # come before pruned ones), and after the row the prune kept just past the start (the
+    # first link after the start always has its row: a prune that leaves links of pruned rows
+    # puts the start just below the kept row they follow).
+    kept_from = await conn.scalar(_OLDEST_PARTITION)
     settled = False
     expected_seq, prev = anchor_seq + 1, anchor_hash
     verified = pruned_rows = 0
@@ -215,7 +227,8 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
                 moved = await conn.scalar(
                     sa.select(sa.func.count()).where(a.tenant_id == tenant_id, a.id == row.audit_id)
                 )
-                dropped = pruned is not None and kept_from is not None and row.linked_at < kept_from
+                dropped = (pruned is not None and kept_from is not None and row.linked_at < kept_from
+                           and row.chain_seq != anchor_seq + 1)
                 if moved or not dropped or settled:
                     reason = (
                         "its content does not match its content hash" if moved

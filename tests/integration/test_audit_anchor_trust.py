@@ -13,13 +13,13 @@ import sqlalchemy as sa
 from gateway.audit.anchor import Anchor
 from gateway.audit.chain import audit_events, audit_links, content_hash, genesis_hash, link_hash
 from gateway.audit.prune import parse_age, prune
-from gateway.audit.sealer import AuditSealer, audit_chains
+from gateway.audit.sealer import AuditSealer, audit_chains, ensure_partitions
 from gateway.audit.verify import verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
 from tests.integration.test_audit_chain import _insert, _row, _signed, _tampering, _verify
-from tests.support.db import across_a_month_boundary, months_ago
+from tests.support.db import across_a_month_boundary, month_start, months_ago, open_database
 from tests.support.processes import run_cli
 
 
@@ -166,10 +166,12 @@ async def test_a_signed_anchor_among_pruned_rows_is_checked_through_their_links(
 async def test_a_row_deleted_behind_a_forged_prune_record_is_caught(db):
     """The second review: a prune record is a row anyone who can write rows can write. One
     naming a far month, then a row deleted with its link kept, must not pass as pruned."""
-    ids = await _insert(db, [_row(n=i) for i in range(5)])
+    # Dated two days into this month (whatever today is): the chain is past any month's start.
+    written = month_start(0) + timedelta(days=2)
+    ids = await _insert(db, [_row(n=i, created_at=written + timedelta(hours=i)) for i in range(5)])
     await AuditSealer(db).seal_pending()
     forged = {"through_chain_seq": 0, "removed_rows": 1, "months": ["2099-12"]}
-    await _insert(db, [_row(n=9, kind="audit_prune", detail=forged)])
+    await _insert(db, [_row(n=9, kind="audit_prune", detail=forged, created_at=written + timedelta(hours=6))])
     await AuditSealer(db).seal_pending()
     async with _tampering(db) as conn:
         await conn.execute(sa.delete(audit_events).where(audit_events.c.id == ids[2]))
@@ -185,3 +187,49 @@ async def test_a_row_deleted_behind_a_forged_prune_record_is_caught(db):
         )
     report = await _verify(db)
     assert (report.ok, report.broken_seq) == (False, 3)
+
+
+async def _old_rows_in_their_month(db: Database) -> tuple[list[int], datetime]:
+    """Three rows two months old, in their own month's partition, then two of today and a prune
+    record, sealed."""
+    old = months_ago(2)
+    ids = await _insert(db, [_row(n=i, created_at=old + timedelta(hours=i)) for i in range(3)])
+    await _insert(db, [_row(n=i) for i in range(3, 5)])
+    # A prune record naming the start where it is (one a real earlier prune leaves, or written)
+    await _insert(db, [_row(n=9, kind="audit_prune", detail={"through_chain_seq": 0, "months": []})])
+    async with db.begin() as conn:
+        await ensure_partitions(conn)  # the old rows move out of the default partition
+    await AuditSealer(db).seal_pending()
+    assert (await _verify(db)).ok
+    return ids, old
+
+
+async def test_a_partition_renamed_to_hide_rows_deleted_from_it_is_caught(pg_url):
+    """The third review: the oldest kept month was found by its partition's name, so renaming
+    the partition made its rows look older than every kept month. Its bounds tell. (A database
+    of its own: partitions outlive the emptying of the shared one.)"""
+    await seeded(pg_url)
+    async with open_database(pg_url) as db:
+        ids, old = await _old_rows_in_their_month(db)
+        async with _tampering(db) as conn:
+            await conn.execute(sa.text(f'ALTER TABLE "audit_events_p{old:%Y_%m}" RENAME TO audit_events_old'))
+            await conn.execute(sa.delete(audit_events).where(audit_events.c.id == ids[1]))
+        report = await _verify(db)
+    assert (report.ok, report.broken_seq) == (False, 2)
+
+
+async def test_the_oldest_month_dropped_without_a_prune_is_caught_even_under_a_signed_anchor(pg_url):
+    """The third review: a partition dropped by hand, the start left where it was: the links
+    of its rows stay and still chain to the anchor. A prune always leaves the row just past
+    the start, so a first link without its row is a removal."""
+    await seeded(pg_url)
+    async with open_database(pg_url) as db:
+        _, old = await _old_rows_in_their_month(db)
+        anchored = Anchor(
+            tenant_id="acme", chain_seq=3, chain_hash=await _hash_at(db, 3), issued_at=datetime.now(UTC), key_id="k"
+        )
+        async with _tampering(db) as conn:
+            await conn.execute(sa.text(f'DROP TABLE "audit_events_p{old:%Y_%m}"'))
+        async with db.connect() as conn:
+            report = await verify_chain(conn, tenant_id="acme", anchor=anchored)
+    assert (report.ok, report.broken_seq) == (False, 1)
