@@ -193,7 +193,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 tenant_admin=TenantAdmin(db=db, registry=tools, directory=directory),
                 rate_limiter=rate_limiter,
                 audit_exports=ExportSlots(
-                    per_tenant=settings.audit.export_max_per_tenant, per_process=settings.audit.export_max_per_process
+                    per_tenant=settings.audit.export_max_per_tenant,
+                    per_process=settings.audit.export_max_per_process,
+                    stall_timeout_s=settings.audit.export_stall_timeout_s,
                 ),
                 agent=AgentService(
                     settings=settings,

@@ -228,6 +228,7 @@ class AuditSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True
     seal_batch_size: AtLeast1 = 1000
     export_max_per_tenant: AtLeast1 = 2
     export_max_per_process: AtLeast1 = 8
+    export_stall_timeout_s: Annotated[float, Meta(gt=0, le=86_400)] = 60.0
 
 
 class ServiceSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -702,6 +703,10 @@ FIELD_DOCS: dict[str, str] = {
     "`429 RATE_LIMITED` with `Retry-After`.",
     "audit_export_max_per_process": "Audit exports one process streams at once, all tenants together; one more is "
     "`429 RATE_LIMITED` with `Retry-After`.",
+    "audit_export_stall_timeout_s": "Seconds an audit export waits for room to send its next 16 KiB; a client that "
+    "stops taking the body for that long has its export ended (the connection closed before the body's end) and "
+    "its slot given back. A client reading at least about a third of the socket's send buffer per period "
+    "(Linux: at most 4 MiB, so ~1.4 MB per 60 s) is never cut, however long the export takes.",
     "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](http-tools.md)); checked at start.",
     "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
     "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",

@@ -18,6 +18,7 @@ from litestar.response import Stream
 from gateway.api.dependencies import principal_of
 from gateway.api.errors import is_database_unavailable
 from gateway.api.openapi import error_responses, streamed_text_response
+from gateway.api.stalled_streams import StallLimitedStream
 from gateway.audit.export import FORMATS, ExportSlot, ExportSlots, export_chunks, failure_line
 from gateway.audit.queries import AuditFilters, page
 from gateway.auth.guards import requires_permission
@@ -86,6 +87,20 @@ def _held_until_closed(chunks: AsyncIterator[bytes], slot: ExportSlot) -> AsyncI
     # ``finally`` never runs: give the slot back when the generator is collected too.
     weakref.finalize(chunks, slot.release)
     return chunks
+
+
+def export_stream(
+    chunks: AsyncIterator[bytes], slot: ExportSlot, fmt: str, *, stall_timeout_s: float, headers: dict[str, str]
+) -> Stream:
+    """The export's response (API and console alike): it holds ``slot`` until it ends, fails,
+    its client goes away or takes nothing for ``stall_timeout_s``."""
+    return StallLimitedStream(
+        _held_until_closed(_guarded(chunks, slot, fmt), slot),
+        stall_timeout_s=stall_timeout_s,
+        log_fields={"stream": "audit_export", "format": fmt},
+        media_type=FORMATS[fmt],
+        headers=headers,
+    )
 
 
 class AuditCursor(msgspec.Struct, forbid_unknown_fields=True):
@@ -188,10 +203,8 @@ class AuditController(Controller):
                 f"Too many audit exports in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
                 headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
             )
-        filename = f"audit-{principal.tenant_id}.{format}"
         chunks = export_chunks(db, tenant_id=principal.tenant_id, filters=filters, fmt=format)
-        return Stream(
-            _held_until_closed(_guarded(chunks, slot, format), slot),
-            media_type=FORMATS[format],
-            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        return export_stream(
+            chunks, slot, format, stall_timeout_s=audit_exports.stall_timeout_s,
+            headers={"Content-Disposition": f'attachment; filename="audit-{principal.tenant_id}.{format}"'},
         )

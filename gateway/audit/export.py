@@ -123,9 +123,10 @@ async def export_chunks(
 class ExportSlots:
     """How many exports this process streams at once, per tenant and in all; one over either
     cap is refused (the caller answers 429). A slot is held from the request until its
-    stream ends, fails or its client goes away."""
+    stream ends, fails, its client goes away or takes nothing for ``stall_timeout_s``."""
 
-    def __init__(self, *, per_tenant: int, per_process: int) -> None:
+    def __init__(self, *, per_tenant: int, per_process: int, stall_timeout_s: float) -> None:
+        self.stall_timeout_s = stall_timeout_s
         self._per_tenant = per_tenant
         self._per_process = per_process
         self._by_tenant: dict[str, int] = {}

@@ -11,7 +11,7 @@ import structlog
 from litestar import Request, Response, get
 from litestar.response import Stream
 
-from gateway.api.audit import AUDIT_READ, EXPORT_RETRY_AFTER_S, _before, _cursor, _filters, _guarded, _held_until_closed
+from gateway.api.audit import AUDIT_READ, EXPORT_RETRY_AFTER_S, _before, _cursor, _filters, export_stream
 from gateway.audit.export import FORMATS, export_chunks
 from gateway.audit.queries import page as audit_page_rows
 from gateway.audit.verify import verify_chain
@@ -90,9 +90,8 @@ async def audit_export(request: Request) -> Stream:
             headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
         )
     chunks = export_chunks(services.db, tenant_id=me.principal.tenant_id, filters=filters, fmt=fmt)
-    return Stream(
-        _held_until_closed(_guarded(chunks, slot, fmt), slot),
-        media_type=FORMATS[fmt],
+    return export_stream(
+        chunks, slot, fmt, stall_timeout_s=services.audit_exports.stall_timeout_s,
         headers={**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="audit-{me.principal.tenant_id}.{fmt}"'},
     )
 

@@ -241,3 +241,61 @@ async def test_a_stream_that_fails_midway_ends_with_an_error_line_logged_with_it
     [logged] = [e for e in events if e.get("event") == "audit_export_failed"]
     assert logged["error_id"] == error_id and logged["level"] == "error"
     assert "Traceback" in logged["exception"] and "QueryCanceled" in logged["exception"]
+
+
+async def _slot_is_free(base: str) -> bool:
+    """Whether acme can start an export now (the one it starts is closed at once)."""
+    probe = SlowReader(base)
+    try:
+        return (await probe.start()).status_code == 200
+    finally:
+        await probe.close()
+
+
+async def test_an_export_whose_client_takes_nothing_is_cut_short_and_gives_its_slot_back(pg_url):
+    await seeded(pg_url)
+    await _fill(pg_url, 30_000)
+    with gateways(pg_url, 1, audit_seal_interval_s=0, audit_export_max_per_tenant=1,
+                  audit_export_stall_timeout_s=0.5) as (gateway,):
+        stalled = SlowReader(gateway.url)
+        try:
+            assert (await stalled.start()).status_code == 200
+            deadline = time.monotonic() + 20
+            while not await _slot_is_free(gateway.url):
+                assert time.monotonic() < deadline, "the stalled export kept its slot"
+                await asyncio.sleep(0.1)
+            # What the client had not taken is gone: the body ends without its last chunk, so
+            # the client knows it is incomplete.
+            with pytest.raises(httpx.RemoteProtocolError):
+                await stalled.rest()
+        finally:
+            await stalled.close()
+        events = gateway.log_events()
+    [logged] = [e for e in events if e.get("event") == "stream_client_stalled"]
+    assert logged["stream"] == "audit_export" and logged["tenant"] == "acme" and logged["level"] == "warning"
+    assert 0 < logged["sent_bytes"] < 30_000 * 400
+
+
+async def test_an_export_whose_client_keeps_reading_slowly_is_never_cut(pg_url):
+    await seeded(pg_url)
+    await _fill(pg_url, 40_000)
+    with gateways(pg_url, 1, audit_seal_interval_s=0, audit_export_max_per_tenant=1,
+                  audit_export_stall_timeout_s=1) as (gateway,):
+        async with httpx.AsyncClient(timeout=60, transport=_small_buffer()) as http:
+            request = http.build_request("GET", gateway.url + EXPORT, headers=auth_for("carol"))
+            response = await http.send(request, stream=True)
+            assert response.status_code == 200
+            started, checked, size = time.monotonic(), False, 0
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                await asyncio.sleep(len(chunk) / 4_000_000)  # about 4 MB/s, ~4 s for the whole
+                if not checked and time.monotonic() - started > 2:
+                    # Two deadlines in, the export is still streaming (its slot still held),
+                    # more than the socket buffers hold still to come.
+                    assert not await _slot_is_free(gateway.url)
+                    checked = True
+            await response.aclose()
+        events = gateway.log_events()
+    assert checked
+    assert size > 16 * 2**20
+    assert not [e for e in events if e.get("event") == "stream_client_stalled"]

@@ -12,7 +12,7 @@ from gateway.audit.export import ExportSlots, csv_text, failure_line
 
 
 def test_a_tenant_and_the_process_each_have_a_cap_and_released_slots_come_back():
-    slots = ExportSlots(per_tenant=2, per_process=3)
+    slots = ExportSlots(per_tenant=2, per_process=3, stall_timeout_s=60)
     a1, a2 = slots.take("acme"), slots.take("acme")
     assert a1 is not None and a2 is not None
     assert slots.take("acme") is None  # the tenant's cap
@@ -27,7 +27,7 @@ def test_a_tenant_and_the_process_each_have_a_cap_and_released_slots_come_back()
 
 
 async def test_a_stream_never_started_gives_its_slot_back_when_collected():
-    slots = ExportSlots(per_tenant=1, per_process=1)
+    slots = ExportSlots(per_tenant=1, per_process=1, stall_timeout_s=60)
     slot = slots.take("acme")
     assert slot is not None
 
@@ -43,7 +43,7 @@ async def test_a_stream_never_started_gives_its_slot_back_when_collected():
 
 
 async def test_a_stream_read_to_its_end_gives_its_slot_back():
-    slots = ExportSlots(per_tenant=1, per_process=1)
+    slots = ExportSlots(per_tenant=1, per_process=1, stall_timeout_s=60)
     slot = slots.take("acme")
     assert slot is not None
 

@@ -158,6 +158,8 @@ def test_a_group_built_by_hand_meets_its_type_declarations_naming_the_variable()
         ("GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S", "3e6",
          "GATEWAY_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_S must be a number at least 0.001 and at most 86400"),
         ("GATEWAY_POLICY_CACHE_S", "-5", "GATEWAY_POLICY_CACHE_S must be a number at least 0"),
+        ("GATEWAY_AUDIT_EXPORT_STALL_TIMEOUT_S", "0",
+         "GATEWAY_AUDIT_EXPORT_STALL_TIMEOUT_S must be a number more than 0 and at most 86400"),
         ("GATEWAY_LOG_LEVEL", "FOO", "GATEWAY_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL"),
         ("GATEWAY_DATABASE_URL", "postgresql+asyncpg://u@h:notaport/db",
          "GATEWAY_DATABASE_URL is not a URL the driver can read (user@host:port/database)"),
