@@ -58,6 +58,9 @@ class AuditItem(msgspec.Struct):
     content_hash: str | None
     prev_hash: str | None
     chain_hash: str | None
+    hash_version: int | None
+    """How ``chain_hash`` was made: 2 covers the row's time, 1 (links sealed before migration
+    0022) does not ([tamper evidence](administration.md#tamper-evidence-the-hash-chain))."""
 
 
 class AuditPage(msgspec.Struct):

@@ -18,7 +18,7 @@ from gateway.audit.chain import CHAIN_FIELDS, audit_events, audit_links
 EXPORT_COLUMNS: tuple[str, ...] = (
     "id", "created_at", "kind", "user_id", "run_id", "tool_call_id", "tool", "arguments", "arguments_sha256",
     "outcome", "duration_ms", "approval_id", "request_id", "error_id", "detail",
-    "chain_seq", "content_hash", "prev_hash", "chain_hash",
+    "chain_seq", "content_hash", "prev_hash", "chain_hash", "hash_version",
 )
 _columns = tuple(
     (audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name]) for name in EXPORT_COLUMNS

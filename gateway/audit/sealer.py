@@ -70,7 +70,15 @@ import structlog
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.audit.chain import CANONICAL_FIELDS, audit_events, audit_links, content_hash, genesis_hash, link_hash
+from gateway.audit.chain import (
+    CANONICAL_FIELDS,
+    LINK_HASH_VERSION,
+    audit_events,
+    audit_links,
+    content_hash,
+    genesis_hash,
+    link_hash,
+)
 from gateway.db.engine import Database
 from gateway.db.models import AuditChain, AuditSealState
 
@@ -261,7 +269,7 @@ async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> SealedBatch:
                 await asyncio.sleep(0)
             seq += 1
             content = content_hash(row)
-            link = link_hash(seq, prev, content)
+            link = link_hash(seq, prev, content, row["created_at"])
             tenants.append(tenant_id)
             seqs.append(seq)
             row_ids.append(row["id"])
@@ -287,9 +295,11 @@ async def seal_batch(conn: AsyncConnection, *, batch_size: int) -> SealedBatch:
 
 
 _LINK_ROWS = """
-    INSERT INTO audit_links (tenant_id, chain_seq, audit_id, created_at, content_hash, prev_hash, chain_hash)
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[])
-"""
+    INSERT INTO audit_links (tenant_id, chain_seq, audit_id, created_at, content_hash, prev_hash, chain_hash,
+                             hash_version)
+    SELECT *, {version} FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[],
+                                     $7::text[])
+""".format(version=LINK_HASH_VERSION)
 
 
 async def ensure_partitions(conn: AsyncConnection, *, months_ahead: int = PARTITION_MONTHS_AHEAD) -> int:

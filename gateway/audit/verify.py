@@ -209,7 +209,7 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
     after: int | None = None
     columns = (
         *CANONICAL_COLUMNS, link.audit_id, link.created_at.label("linked_at"), link.chain_seq, link.content_hash,
-        link.prev_hash, link.chain_hash,
+        link.prev_hash, link.chain_hash, link.hash_version,
     )
     joined = audit_links.outerjoin(
         audit_events, sa.and_(a.tenant_id == link.tenant_id, a.id == link.audit_id, a.created_at == link.created_at)
@@ -243,7 +243,7 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             if row.prev_hash != prev:
                 return broken(row.audit_id, row.chain_seq, "its previous-row hash does not match the row before it",
                               verified)
-            if link_hash(row.chain_seq, prev, row.content_hash) != row.chain_hash:
+            if link_hash(row.chain_seq, prev, row.content_hash, row.linked_at, row.hash_version) != row.chain_hash:
                 return broken(row.audit_id, row.chain_seq,
                               "its chain hash does not link its content to the row before it", verified)
             if anchor is not None and row.chain_seq == anchor.chain_seq and row.chain_hash != anchor.chain_hash:

@@ -274,7 +274,10 @@ class AuditLink(Base):
     __tablename__ = "audit_links"
     # The audited row's whole key: ids alone are unique only by the sequence's habit, and two
     # rows sharing an id (one inserted with an explicit id) must still get a link each.
-    __table_args__ = (sa.UniqueConstraint("tenant_id", "audit_id", "created_at"),)
+    __table_args__ = (
+        sa.UniqueConstraint("tenant_id", "audit_id", "created_at"),
+        sa.CheckConstraint("hash_version IN (1, 2)", name="hash_version"),
+    )
 
     tenant_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     chain_seq: Mapped[int] = mapped_column(BigIntId, primary_key=True)
@@ -284,6 +287,10 @@ class AuditLink(Base):
     content_hash: Mapped[str] = mapped_column(sa.String(64))
     prev_hash: Mapped[str] = mapped_column(sa.String(64))
     chain_hash: Mapped[str] = mapped_column(sa.String(64))
+    hash_version: Mapped[int] = mapped_column(sa.SmallInteger, server_default=sa.text("1"))
+    """How ``chain_hash`` was made (``gateway.audit.chain.link_hash``): 2 covers ``created_at``
+    too; 1, links sealed before migration 0022, does not. The default is 1 so that a sealer of
+    the release before, still running during an upgrade, writes what it hashed."""
 
 
 class AuditSealState(Base):

@@ -14,12 +14,12 @@ from gateway.audit.anchor import Anchor
 from gateway.audit.chain import audit_events, audit_links, content_hash, genesis_hash, link_hash
 from gateway.audit.prune import parse_age, prune
 from gateway.audit.sealer import AuditSealer, audit_chains, ensure_partitions
-from gateway.audit.verify import verify_chain
+from gateway.audit.verify import _OLDEST_PARTITION, verify_chain
 from gateway.db.engine import Database
 from gateway.settings import Settings
 from tests.conftest import seeded
 from tests.integration.test_audit_chain import _insert, _row, _signed, _tampering, _verify
-from tests.support.db import across_a_month_boundary, month_start, months_ago, open_database
+from tests.support.db import across_a_month_boundary, month_start, months_ago, open_database, relink_as_version_1
 from tests.support.processes import run_cli
 
 
@@ -32,7 +32,7 @@ async def _relink_one(db: Database, row_id: int, **values: Any) -> None:
         forged = content_hash(row)
         await conn.execute(
             sa.update(audit_links).where(audit_links.c.audit_id == row_id)
-            .values(content_hash=forged, chain_hash=link_hash(link.chain_seq, link.prev_hash, forged))
+            .values(content_hash=forged, chain_hash=link_hash(link.chain_seq, link.prev_hash, forged, link.created_at))
         )
 
 
@@ -233,3 +233,59 @@ async def test_the_oldest_month_dropped_without_a_prune_is_caught_even_under_a_s
         async with db.connect() as conn:
             report = await verify_chain(conn, tenant_id="acme", anchor=anchored)
     assert (report.ok, report.broken_seq) == (False, 1)
+
+
+async def test_a_row_of_the_oldest_kept_month_cannot_pass_as_pruned_by_its_link_dated_back(pg_url):
+    """A link's time is covered by its chain hash (link-hash version 2, migration 0022). Before,
+    an owner could delete a row written on the first day of the oldest kept month, date its
+    link back into a month no partition holds, and verify took the row for a pruned one."""
+    await seeded(pg_url)
+    async with open_database(pg_url) as db:
+        first_day = month_start(0) + timedelta(hours=1)
+        ids = await _insert(db, [_row(n=i, created_at=first_day + timedelta(minutes=i)) for i in range(2)])
+        await _insert(db, [_row(n=2), _row(n=9, kind="audit_prune", detail={"through_chain_seq": 0, "months": []})])
+        await AuditSealer(db).seal_pending()
+        async with db.connect() as conn:
+            assert await conn.scalar(_OLDEST_PARTITION) == month_start(0)
+        assert (await _verify(db)).ok
+        async with _tampering(db) as conn:
+            await conn.execute(sa.delete(audit_events).where(audit_events.c.id == ids[1]))
+            await conn.execute(
+                sa.update(audit_links).where(audit_links.c.audit_id == ids[1]).values(created_at=months_ago(1))
+            )
+        report = await _verify(db)
+    assert (report.ok, report.broken_row_id, report.broken_seq) == (False, ids[1], 2)
+    assert "its chain hash does not link" in report.describe()
+
+
+async def _versions(db: Database) -> list[int]:
+    async with db.connect() as conn:
+        return list((await conn.scalars(
+            sa.select(audit_links.c.hash_version).where(audit_links.c.tenant_id == "acme")
+            .order_by(audit_links.c.chain_seq)
+        )).all())
+
+
+async def test_a_links_hash_version_lowered_is_caught(db):
+    ids = await _insert(db, [_row(n=i) for i in range(3)])
+    await AuditSealer(db).seal_pending()
+    assert await _versions(db) == [2, 2, 2]
+    async with _tampering(db) as conn:
+        await conn.execute(sa.update(audit_links).where(audit_links.c.audit_id == ids[1]).values(hash_version=1))
+    report = await _verify(db)
+    assert (report.ok, report.broken_seq) == (False, 2)
+    assert "its chain hash does not link" in report.describe()
+
+
+async def test_a_chain_sealed_by_the_release_before_goes_on_in_version_2_and_verifies(db):
+    """Links sealed before migration 0022 are version 1 (the column's default), and the chain
+    goes on from them."""
+    await _insert(db, [_row(n=i) for i in range(3)])
+    await AuditSealer(db).seal_pending()
+    await relink_as_version_1(db)
+    assert (await _verify(db)).ok
+    await _insert(db, [_row(n=i) for i in range(3, 5)])
+    await AuditSealer(db).seal_pending()
+    assert await _versions(db) == [1, 1, 1, 2, 2]
+    report = await _verify(db)
+    assert report.ok and report.verified_rows == 5, report.describe()

@@ -203,7 +203,7 @@ async def test_relinking_a_forged_row_without_the_head_is_caught(db):
         forged = content_hash(row)
         await conn.execute(
             sa.update(audit_links).where(audit_links.c.audit_id == ids[2]).values(
-                content_hash=forged, chain_hash=link_hash(link.chain_seq, link.prev_hash, forged)
+                content_hash=forged, chain_hash=link_hash(link.chain_seq, link.prev_hash, forged, link.created_at)
             )
         )
     report = await _verify(db)
@@ -483,7 +483,7 @@ async def _rewrite_and_relink(db: Database, row_id: int, tenant: str = "acme", *
         )).all()
         for row in rows:
             content = content_hash(row)
-            link = link_hash(row.chain_seq, prev, content)
+            link = link_hash(row.chain_seq, prev, content, row.created_at)
             await conn.execute(sa.update(audit_links).where(audit_links.c.audit_id == row.id).values(
                 content_hash=content, prev_hash=prev, chain_hash=link))
             prev = link

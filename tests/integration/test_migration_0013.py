@@ -47,7 +47,7 @@ def _legacy_rows() -> tuple[list[dict[str, Any]], dict[str, tuple[int, str]]]:
         if n not in (6, 7):
             seqs[tenant] += 1
             content = content_hash(_Row(row))
-            link = link_hash(seqs[tenant], prev[tenant], content)
+            link = link_hash(seqs[tenant], prev[tenant], content, created_at, version=1)  # sealed before 0022
             row.update(chain_seq=seqs[tenant], content_hash=content, prev_hash=prev[tenant], chain_hash=link)
             prev[tenant] = link
             heads[tenant] = (seqs[tenant], link)
@@ -115,6 +115,9 @@ async def test_downgrading_restores_one_table_with_its_chain_columns_and_upgradi
     await asyncio.to_thread(command.upgrade, config, "head")
     async with db.open_database(pg_url) as database:
         assert await AuditSealer(database).seal_pending() == 2
+        # Below 0022 no release reads version-2 links (its downgrade refuses them,
+        # test_migration_0022): sealed as the releases between 0013 and 0022 sealed.
+        await db.relink_as_version_1(database)
 
     await asyncio.to_thread(command.downgrade, config, "0012")
 

@@ -105,3 +105,31 @@ def across_a_month_boundary(*, now: datetime | None = None) -> tuple[datetime, d
     now = now or datetime.now(UTC)
     boundary = month_start(1, now=now)
     return boundary - timedelta(minutes=10), boundary + timedelta(minutes=30), now - (boundary + timedelta(days=1))
+
+
+async def relink_as_version_1(db: Database) -> None:
+    """Rewrite every tenant's chain as a release before migration 0022 sealed it (link-hash
+    version 1, from the genesis hash: chains never pruned), head included."""
+    from gateway.audit.chain import audit_links, genesis_hash, link_hash
+    from gateway.audit.sealer import audit_chains
+
+    async with db.begin() as conn:
+        await conn.execute(sa.text("ALTER TABLE audit_links DISABLE TRIGGER USER"))
+        links = (await conn.execute(
+            sa.select(audit_links).order_by(audit_links.c.tenant_id, audit_links.c.chain_seq)
+        )).all()
+        heads: dict[str, str] = {}
+        for link in links:
+            prev = heads.get(link.tenant_id, genesis_hash(link.tenant_id))
+            chained = link_hash(link.chain_seq, prev, link.content_hash, link.created_at, version=1)
+            await conn.execute(
+                sa.update(audit_links)
+                .where(audit_links.c.tenant_id == link.tenant_id, audit_links.c.chain_seq == link.chain_seq)
+                .values(prev_hash=prev, chain_hash=chained, hash_version=1)
+            )
+            heads[link.tenant_id] = chained
+        for tenant_id, head in heads.items():
+            await conn.execute(
+                sa.update(audit_chains).where(audit_chains.c.tenant_id == tenant_id).values(head_hash=head)
+            )
+        await conn.execute(sa.text("ALTER TABLE audit_links ENABLE TRIGGER USER"))
