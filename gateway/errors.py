@@ -36,6 +36,7 @@ class ErrorCode(enum.StrEnum):
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     INVALID_REQUEST = "INVALID_REQUEST"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
     INVALID_TOOL_CALL = "INVALID_TOOL_CALL"
     DUPLICATE_TOOL_CALL_ID = "DUPLICATE_TOOL_CALL_ID"
     ALREADY_DECIDED = "ALREADY_DECIDED"
@@ -117,6 +118,9 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
         _spec(E.PAYLOAD_TOO_LARGE, 413, False,
               "The request body is larger than GATEWAY_MAX_BODY_BYTES.",
               "The request body is too large."),
+        _spec(E.HEADERS_TOO_LARGE, 431, False,
+              "The request line and headers are larger than GATEWAY_MAX_HEAD_BYTES (the connection is closed).",
+              "The request line and headers are too large."),
         _spec(E.INVALID_TOOL_CALL, 422, False,
               "A tool-call batch breaks the protocol (missing or empty id, type not `function`, empty name, "
               "arguments neither a string nor an object, a key given twice in one object, an unknown key at any "

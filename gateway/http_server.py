@@ -11,6 +11,14 @@ flow control: the transport pauses the protocol, and uvicorn waits for it to dra
 Closing, ``write_eof``, the peer's end of its side and handing the connection to another
 protocol write what is held first; ``abort`` drops it, as the transport drops its own buffer.
 What reaches the client is what uvicorn delivers without the wrapper, in fewer writes.
+
+The protocol also bounds a request's head (request line and headers), which uvicorn leaves
+unbounded with httptools: the parser's callbacks append each piece of a header to what came
+before, so a head streamed without end costs memory and CPU that grow faster than its size,
+before any authentication. A head larger than ``GATEWAY_MAX_HEAD_BYTES`` is answered
+``431 HEADERS_TOO_LARGE``; one not complete ``GATEWAY_HEAD_TIMEOUT_S`` after its first byte
+(or after the connection opened) is answered ``408 INVALID_REQUEST``, and a connection that
+never sent a byte in that time is closed. Either way the connection is closed.
 """
 
 from __future__ import annotations
@@ -18,9 +26,39 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import msgspec
+import structlog
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.errors import ErrorCode
 
 FLUSH_AT_BYTES = 64 * 1024
+
+log = structlog.get_logger("gateway.http")
+
+
+class HeadLimits:
+    """What a request's head may take (set from the settings by ``configure``)."""
+
+    max_bytes = 65_536
+    timeout_s = 20.0
+
+
+def configure(*, max_head_bytes: int, head_timeout_s: float) -> None:
+    """Apply the settings in this process (each worker builds its app, and calls this, first)."""
+    HeadLimits.max_bytes = max_head_bytes
+    HeadLimits.timeout_s = head_timeout_s
+
+
+def _refusal(status: int, code: ErrorCode, message: str) -> bytes:
+    body = msgspec.json.encode({"error": {"code": code.value, "message": message, "request_id": None, "error_id": None}})
+    return b"".join([
+        STATUS_LINE[status],
+        b"content-type: application/json\r\n",
+        b"content-length: " + str(len(body)).encode() + b"\r\n",
+        b"connection: close\r\n\r\n",
+        body,
+    ])
 
 
 class CoalescingTransport(asyncio.Transport):
@@ -128,7 +166,72 @@ class CoalescingTransport(asyncio.Transport):
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a ``CoalescingTransport``."""
+    """uvicorn's httptools protocol writing through a ``CoalescingTransport``, with its
+    requests' heads bounded in size and time."""
+
+    _head_bytes = 0
+    _reading_head = True
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if not self._reading_head:
+            super().data_received(data)
+            return
+        if self._head_timer is None:
+            self._arm_head_timer()
+        room = HeadLimits.max_bytes - self._head_bytes
+        if len(data) <= room:
+            self._head_bytes += len(data)
+            super().data_received(data)
+            return
+        # The head may end within the room, a body following: the parser reads up to the
+        # limit first, and the rest only if the head ended there.
+        self._head_bytes = HeadLimits.max_bytes
+        super().data_received(data[:room])
+        if self.transport.is_closing():
+            return
+        if self._reading_head:
+            self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
+            return
+        super().data_received(data[room:])
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = False
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._reading_head = True
+        self._head_bytes = 0
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(HeadLimits.timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._reading_head or self.transport.is_closing():
+            return
+        if self._head_bytes:
+            self._refuse(408, ErrorCode.INVALID_REQUEST, "The request's head was not complete in time.")
+        else:
+            log.info("request_head_refused", status=408, head_bytes=0, client=self.client and self.client[0])
+            self.transport.close()
+
+    def _refuse(self, status: int, code: ErrorCode, message: str) -> None:
+        log.info("request_head_refused", status=status, head_bytes=self._head_bytes, client=self.client and self.client[0])
+        self._disarm_head_timer()
+        self.transport.write(_refusal(status, code, message))
+        self.transport.close()
 
     def eof_received(self) -> None:
         # The transport closes itself once this returns (uvicorn keeps no half-open
@@ -140,3 +243,4 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self._arm_head_timer()  # a connection that sends nothing is closed too

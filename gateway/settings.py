@@ -217,6 +217,7 @@ class RequestLimits(Group, frozen=True, kw_only=True, forbid_unknown_fields=True
     """What one request may carry."""
 
     max_body_bytes: AtLeast1 = 1_048_576
+    max_head_bytes: Annotated[int, Meta(ge=1024, le=16_777_216)] = 65_536
     max_batch_size: AtLeast1 = 64
     max_json_depth: Annotated[int, Meta(ge=1, le=MAX_JSON_DEPTH_CEILING)] = DEFAULT_MAX_JSON_DEPTH
 
@@ -265,6 +266,7 @@ class ServerSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     workers: AtLeast1 = 1
     shutdown_timeout_s: Positive = 30.0
+    head_timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 20.0
 
 
 class RateLimitSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -690,6 +692,8 @@ FIELD_DOCS: dict[str, str] = {
     "tool_timeout_s": "Default per-call timeout of a tool that declares none.",
     "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
     "max_body_bytes": "Largest request body accepted (413 `PAYLOAD_TOO_LARGE` above).",
+    "max_head_bytes": "Largest request line and headers accepted together (`431 HEADERS_TOO_LARGE` above, the "
+    "connection closed): `gateway serve` only, checked as the bytes arrive.",
     "max_batch_size": "Most tool calls accepted in one batch.",
     "max_json_depth": "Deepest nesting of arrays and objects accepted in a JSON body, and in one call's arguments "
     "(at most 512); deeper is `400 INVALID_REQUEST` (`422 INVALID_TOOL_CALL` for a tool-call batch, "
@@ -725,6 +729,9 @@ FIELD_DOCS: dict[str, str] = {
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
     "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",
     "shutdown_timeout_s": "On SIGTERM, seconds in-flight requests get to finish before they are cancelled.",
+    "head_timeout_s": "Seconds a request's line and headers get to arrive, from their first byte (or the "
+    "connection's opening): later is `408 INVALID_REQUEST`, a connection that sent nothing is closed "
+    "(`gateway serve` only; a client holding connections open by sending a head slowly is cut).",
     "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit).",
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
     "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit).",

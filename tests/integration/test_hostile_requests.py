@@ -3,6 +3,7 @@ error envelope, none a 5xx, and the gateway's log holds no traceback without an 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -100,3 +101,24 @@ async def test_a_body_of_unterminated_escaped_quotes_is_answered_at_once_and_the
                 assert 400 <= response.status_code < 500, (path, response.text)
                 assert response.json()["error"]["request_id"] == response.headers["x-request-id"]
             assert (await http.get("/healthz")).status_code == 200
+
+
+async def test_gateway_serve_bounds_request_heads_by_its_settings(pg_url):
+    await seeded(pg_url)
+    with gateways(pg_url, 1, log_level="INFO", audit_seal_interval_s=0, max_head_bytes=2048,
+                  head_timeout_s=1) as (gateway,):
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+            fits = await http.get("/v1/tools", headers={"x-padding": "a" * 1500, **auth_for("alice")})
+            assert fits.status_code == 200
+            refused = await http.get("/v1/tools", headers={"x-padding": "a" * 3000, **auth_for("alice")})
+            assert refused.status_code == 431
+            assert refused.json()["error"]["code"] == "HEADERS_TOO_LARGE"
+        host, port = gateway.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")  # and nothing more
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 20)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        refusals = [e for e in gateway.log_events() if e.get("event") == "request_head_refused"]
+    assert [e["status"] for e in refusals] == [431, 408]

@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 import uvicorn
 
+import json
+
+from gateway import http_server
 from gateway.http_server import FLUSH_AT_BYTES, CoalescingHttpToolsProtocol
 from tests.support.loopback import loopback_socket
 
@@ -86,6 +89,16 @@ class App:
             while not self.proceed.is_set():
                 await asyncio.sleep(0.005)
             await send({"type": "http.response.body", "body": b"second\n"})
+        elif path == "/echo":
+            size, more = 0, True
+            while more:
+                message = await receive()
+                size += len(message.get("body", b""))
+                more = message.get("more_body", False)
+            body = str(size).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
         elif path == "/flood":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             # 32 MiB in 1 KiB chunks, without yielding unless uvicorn waits for the client:
@@ -246,3 +259,59 @@ def test_gateway_serve_answers_through_this_protocol():
     from gateway.cli import _http_protocol
 
     assert _http_protocol() is CoalescingHttpToolsProtocol
+
+
+@pytest.fixture
+def head_limits() -> Iterator[None]:
+    http_server.configure(max_head_bytes=4096, head_timeout_s=0.5)
+    try:
+        yield
+    finally:
+        http_server.configure(max_head_bytes=65_536, head_timeout_s=20.0)
+
+
+def _refusal(answer: bytes) -> tuple[bytes, dict[str, Any]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower()
+    return head.split(b"\r\n")[0], json.loads(body)
+
+
+def test_a_head_past_the_limit_is_431_and_the_connection_closed(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"GET /small HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 10_000)
+        status, body = _refusal(read_to_end(client))
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert body["error"]["code"] == "HEADERS_TOO_LARGE"
+    # An endless header costs the server only what the limit lets in.
+    with server.connect() as client:
+        sent = 0
+        with pytest.raises(OSError):
+            client.sendall(b"GET /small HTTP/1.1\r\nx-a: ")
+            for _ in range(100_000):  # 1 GB, were it all taken
+                client.sendall(b"a" * 10_000)
+                sent += 10_000
+    assert sent < 64 * 2**20
+
+
+def test_a_head_under_the_limit_with_a_body_in_the_same_write_is_served(server, head_limits):
+    head = b"POST /echo HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 3_500 + b"\r\ncontent-length: 200000\r\n\r\n"
+    with server.connect() as client:
+        buffer = bytearray()
+        for _ in range(3):  # the next request's head is counted from its own start
+            client.sendall(head + b"b" * 200_000)
+            answer, body = read_response(client, buffer)
+            assert answer.startswith(b"HTTP/1.1 200") and body == b"200000"
+
+
+def test_a_head_not_complete_in_time_is_408_and_a_silent_connection_is_closed(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"GET /small HTTP/1.1\r\nhost: x\r\n")
+        # (Within the socket's 10 s timeout: the head's deadline is 0.5 s.)
+        status, body = _refusal(read_to_end(client))
+    assert status == b"HTTP/1.1 408 Request Timeout" and body["error"]["code"] == "INVALID_REQUEST"
+    with server.connect() as client:
+        assert read_to_end(client) == b""
+    # A request sent at once is served, as before.
+    with server.connect() as client:
+        client.sendall(b"GET /small HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert read_response(client, bytearray())[1] == b"hello"
