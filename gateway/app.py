@@ -39,7 +39,7 @@ from gateway.api.runs import RunController
 from gateway.api.schemas import Jwks
 from gateway.api.tools import ToolController
 from gateway.api.tool_calls_lane import ToolCallsLane
-from gateway.audit.export import ExportSlots
+from gateway.audit.export import ExportSlots, Slots
 from gateway.console.routes import console_routers
 from gateway.console.web import PREFIX as CONSOLE_PREFIX
 from gateway.console.oidc import OidcClient
@@ -196,6 +196,9 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     per_tenant=settings.audit.export_max_per_tenant,
                     per_process=settings.audit.export_max_per_process,
                     stall_timeout_s=settings.audit.export_stall_timeout_s,
+                ),
+                audit_verifies=Slots(
+                    per_tenant=settings.audit.verify_max_per_tenant, per_process=settings.audit.verify_max_per_process
                 ),
                 agent=AgentService(
                     settings=settings,

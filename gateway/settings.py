@@ -230,6 +230,8 @@ class AuditSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True
     export_max_per_tenant: AtLeast1 = 2
     export_max_per_process: AtLeast1 = 8
     export_stall_timeout_s: Annotated[float, Meta(gt=0, le=86_400)] = 60.0
+    verify_max_per_tenant: AtLeast1 = 1
+    verify_max_per_process: AtLeast1 = 2
 
 
 class ServiceSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -711,6 +713,11 @@ FIELD_DOCS: dict[str, str] = {
     "stops taking the body for that long has its export ended (the connection closed before the body's end) and "
     "its slot given back. A client reading at least about a third of the socket's send buffer per period "
     "(Linux: at most 4 MiB, so ~1.4 MB per 60 s) is never cut, however long the export takes.",
+    "audit_verify_max_per_tenant": "Chain verifications (the console's *Verify chain*) one tenant may run at once "
+    "in one process; one more is `429 RATE_LIMITED` with `Retry-After`. A verification holds a database "
+    "connection for its one snapshot and hashes every row.",
+    "audit_verify_max_per_process": "Chain verifications one process runs at once, all tenants together; one more "
+    "is `429 RATE_LIMITED` with `Retry-After`.",
     "tools_file": "A TOML or YAML file declaring HTTP tools (see [HTTP tools](http-tools.md)); checked at start.",
     "service_base_urls": "Comma-separated `NAME=URL` base URLs of the business services; they override the "
     "tools file's `base_url` and, with it, are the only hosts HTTP tools can reach.",

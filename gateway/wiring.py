@@ -22,7 +22,7 @@ from gateway.agent.service import AgentService
 from gateway.api.health import Readiness
 from gateway.api.metrics import MetricsExposition
 from gateway.api.schemas import Jwks
-from gateway.audit.export import ExportSlots
+from gateway.audit.export import ExportSlots, Slots
 from gateway.auth.directory import TenantDirectory
 from gateway.auth.tokens import TokenVerifier
 from gateway.console.oidc import OidcClient
@@ -63,6 +63,7 @@ class Services:
     tenant_admin: TenantAdmin
     rate_limiter: RateLimiter | None
     audit_exports: ExportSlots
+    audit_verifies: Slots
     agent: AgentService
     mcp: McpServer
     webhooks: WebhookService

@@ -120,13 +120,11 @@ async def export_chunks(
         before_id = rows[-1].id
 
 
-class ExportSlots:
-    """How many exports this process streams at once, per tenant and in all; one over either
-    cap is refused (the caller answers 429). A slot is held from the request until its
-    stream ends, fails, its client goes away or takes nothing for ``stall_timeout_s``."""
+class Slots:
+    """How many of one kind of long task (an export, a chain verification) this process runs at
+    once, per tenant and in all; one over either cap is refused (the caller answers 429)."""
 
-    def __init__(self, *, per_tenant: int, per_process: int, stall_timeout_s: float) -> None:
-        self.stall_timeout_s = stall_timeout_s
+    def __init__(self, *, per_tenant: int, per_process: int) -> None:
         self._per_tenant = per_tenant
         self._per_process = per_process
         self._by_tenant: dict[str, int] = {}
@@ -137,7 +135,7 @@ class ExportSlots:
         return self._total
 
     def take(self, tenant_id: str) -> ExportSlot | None:
-        """A slot for one export of ``tenant_id``, or ``None`` when a cap is reached."""
+        """A slot for one task of ``tenant_id``, or ``None`` when a cap is reached."""
         held = self._by_tenant.get(tenant_id, 0)
         if held >= self._per_tenant or self._total >= self._per_process:
             return None
@@ -154,9 +152,18 @@ class ExportSlots:
             del self._by_tenant[tenant_id]
 
 
+class ExportSlots(Slots):
+    """The exports' slots: one is held from the request until its stream ends, fails, its
+    client goes away or takes nothing for ``stall_timeout_s``."""
+
+    def __init__(self, *, per_tenant: int, per_process: int, stall_timeout_s: float) -> None:
+        super().__init__(per_tenant=per_tenant, per_process=per_process)
+        self.stall_timeout_s = stall_timeout_s
+
+
 class ExportSlot:
-    def __init__(self, slots: ExportSlots, tenant_id: str) -> None:
-        self._slots: ExportSlots | None = slots
+    def __init__(self, slots: Slots, tenant_id: str) -> None:
+        self._slots: Slots | None = slots
         self._tenant_id = tenant_id
 
     def release(self) -> None:

@@ -26,6 +26,7 @@ Read it in one snapshot (``REPEATABLE READ``): a sealer may move the head meanwh
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -37,6 +38,7 @@ from gateway.audit.chain import CANONICAL_COLUMNS, audit_events, audit_links, co
 from gateway.audit.sealer import above_watermark, audit_chains, unsealed, watermark
 
 CHUNK = 2000
+YIELD_EVERY = 200
 BOUNDARY = timedelta(days=1)
 """How long after a month began a row of it may be sealed before a row of the month before (a
 transaction open across the boundary; the default timeouts bound it to minutes, and a
@@ -219,7 +221,11 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             link.tenant_id == tenant_id, link.chain_seq > (after if after is not None else anchor_seq)
         )
         rows = (await conn.execute(stmt.order_by(link.chain_seq).limit(CHUNK))).all()
-        for row in rows:
+        for done, row in enumerate(rows, start=1):
+            if done % YIELD_EVERY == 0:
+                # Hashing is CPU work; in a serving process (the console's verify) it shares the
+                # event loop with requests: let them in between.
+                await asyncio.sleep(0)
             if row.chain_seq != expected_seq:
                 reason = f"expected chain position {expected_seq}, found {row.chain_seq} (rows before it are missing)"
                 return broken(row.audit_id, row.chain_seq, reason, verified)

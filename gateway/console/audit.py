@@ -101,8 +101,21 @@ async def audit_verify(request: Request) -> Response[str]:
     """The tenant's hash chain checked from its anchor to its head (as `gateway audit verify`)."""
     me = await signed_in(request)
     require(me, AUDIT_READ)
-    async with services_of(request).db.connect() as conn:
-        report = await verify_chain(conn, tenant_id=me.principal.tenant_id)
+    services = services_of(request)
+    slot = services.audit_verifies.take(me.principal.tenant_id)
+    if slot is None:
+        log.info("audit_verify_refused", verifies_in_progress=services.audit_verifies.in_use)
+        raise GatewayError(
+            ErrorCode.RATE_LIMITED,
+            f"Too many chain verifications in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
+            headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
+        )
+    try:
+        async with services.db.connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ")  # one snapshot: the sealers go on
+            report = await verify_chain(conn, tenant_id=me.principal.tenant_id)
+    finally:
+        slot.release()
     log.info("console_audit_verified", ok=report.ok, verified_rows=report.verified_rows)
     return page("audit_verify.html", me=me, pending=await nav_count(request, me), section="audit", report=report)
 

@@ -23,6 +23,7 @@ from gateway.auth.principal import Principal
 from gateway.console.sessions import ConsoleSessionRecord, SessionStore
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.logging import bind_request
+from gateway.ratelimit.middleware import spend_rate
 from gateway.text import is_storable
 from gateway.wiring import SLOT_KEY, Services
 
@@ -109,8 +110,13 @@ async def signed_in(request: Request[Any, Any, Any]) -> SignedIn:
     principal = await directory.principal(record.tenant_id, record.user_id, record.roles)
     if principal is None or directory.is_disabled(principal.tenant_id):
         raise SignInRequired()
+    first = type(request.scope.get("user")) is not Principal
     request.scope["user"] = principal
     bind_request(tenant=principal.tenant_id, user=principal.user_id)
+    if first and services.rate_limiter is not None:
+        # The console's requests spend the same tenant's and user's tokens as the API's (the
+        # API's middleware sees no principal here: the console signs in by cookie).
+        await spend_rate(services.rate_limiter, principal)
     return SignedIn(principal=principal, session=record)
 
 
@@ -150,13 +156,13 @@ def redirect(path: str, *, cookies: list[Cookie] | None = None) -> Response[Any]
 
 
 def problem_page(status: int, title: str, message: str, *, error_id: str | None = None,
-                 request_id: str | None = None) -> Response[str]:
+                 request_id: str | None = None, headers: dict[str, str] | None = None) -> Response[str]:
     try:
         html = render("problem.html", me=None, principal=None, csrf_token=None, pending_count=None, status=status,
                       title=title, message=message, error_id=error_id, request_id=request_id)
     except Exception:  # noqa: BLE001 - the page that says something failed must not fail
         html = f"<!doctype html><title>{status}</title><p>{status}</p>"
-    return Response(html, status_code=status, media_type=MediaType.HTML, headers=SECURITY_HEADERS)
+    return Response(html, status_code=status, media_type=MediaType.HTML, headers={**(headers or {}), **SECURITY_HEADERS})
 
 
 TITLES = {400: "Invalid request", 403: "Not allowed", 404: "Not found", 409: "Already decided",
@@ -176,7 +182,7 @@ def on_form_refused(request: Request[Any, Any, Any], exc: FormRefused) -> Respon
 
 def on_gateway_error(request: Request[Any, Any, Any], exc: GatewayError) -> Response[str]:
     return problem_page(exc.status, TITLES.get(exc.status, exc.code.value), exc.message,
-                        request_id=request_id_of(request.scope))
+                        request_id=request_id_of(request.scope), headers=exc.headers)
 
 
 def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[str]:

@@ -93,3 +93,13 @@ async def test_a_user_without_audit_read_gets_the_403_page(pg_client):
     for path in ("/console/audit", "/console/audit/export", "/console/audit/verify"):
         response = await pg_client.get(path)
         assert response.status_code == 403 and "audit:read" in response.text, path
+
+
+@pytest.mark.parametrize("settings_overrides", [{"rate_limit_user_rps": 0.01, "rate_limit_user_burst": 3}])
+async def test_console_pages_spend_the_users_rate_as_the_api_does(pg_client):
+    await sign_in(pg_client)
+    answers = [await pg_client.get("/console/audit/verify") for _ in range(4)]
+    assert [a.status_code for a in answers[:3]].count(200) >= 2
+    assert answers[-1].status_code == 429 and "retry-after" in answers[-1].headers
+    api = await pg_client.get("/v1/tools", headers=auth_for("carol"))
+    assert api.status_code == 429  # the same user's tokens
