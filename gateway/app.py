@@ -85,6 +85,28 @@ def interrupted_after(settings: Settings, registry: ToolRegistry) -> timedelta:
     return timedelta(seconds=2 * longest + 2 * settings.database.statement_timeout_s)
 
 
+IDENTITY_MAX_CONNECTIONS = 10
+"""The identity provider's pool (JWKS, OIDC sign-in): a few requests, never queued behind others."""
+
+
+def _outbound_client(settings: Settings, max_connections: int) -> tuple[httpx.AsyncClient, httpx.AsyncHTTPTransport]:
+    transport = service_transport(
+        limits=httpx.Limits(
+            max_connections=max_connections,
+            max_keepalive_connections=min(max_connections, settings.http.max_keepalive_connections),
+        ),
+    )
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.tools.timeout_s, connect=settings.http.connect_timeout_s),
+        transport=transport,
+        follow_redirects=False,
+        # A client is shared by every caller: a cookie one upstream sets for one user must
+        # never ride along on another user's request.
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+    )
+    return client, transport
+
+
 def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> Litestar:
     """Build the application. Resources are made in the lifespan; the only I/O here is reading
     the tools file and the signing key, so that a bad one stops start-up with a clear message.
@@ -121,23 +143,15 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         db = Database.from_settings(settings)
-        transport = service_transport(
-            limits=httpx.Limits(
-                max_connections=settings.http.max_connections,
-                max_keepalive_connections=settings.http.max_keepalive_connections,
-            ),
-        )
-        http = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.tools.timeout_s, connect=settings.http.connect_timeout_s),
-            transport=transport,
-            follow_redirects=False,
-            # The client is shared by every caller: a cookie one service sets for one user
-            # must never ride along on another user's call.
-            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-        )
+        # Business services, model providers and the identity provider each get a client and
+        # a pool of their own: slow model answers (a chat holds its connection for the whole
+        # answer) must not take the connections HTTP tools, token keys or sign-ins need.
+        http, transport = _outbound_client(settings, settings.http.max_connections)
+        models_http, _ = _outbound_client(settings, settings.http.max_connections)
+        identity_http, _ = _outbound_client(settings, IDENTITY_MAX_CONNECTIONS)
         service_calls.attach(http, transport)
         jwks = (
-            JwksCache(settings.jwks.url, http, cache_s=settings.jwks.cache_s, timeout_s=settings.jwks.timeout_s)
+            JwksCache(settings.jwks.url, identity_http, cache_s=settings.jwks.cache_s, timeout_s=settings.jwks.timeout_s)
             if settings.jwks.url
             else None
         )
@@ -206,13 +220,13 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     executor=executor,
                     registry=tools,
                     runs=runs,
-                    providers=ModelProviders(settings, http, metrics),
+                    providers=ModelProviders(settings, models_http, metrics),
                     directory=directory,
                 ),
                 mcp=McpServer(
                     settings=settings, registry=tools, executor=executor, ledger=ledger, runs=McpRuns(db=db, runs=runs)
                 ),
-                console_oidc=OidcClient(settings, db, http) if settings.oidc.enabled else None,
+                console_oidc=OidcClient(settings, db, identity_http) if settings.oidc.enabled else None,
                 webhooks=WebhookService(db=db, settings=settings.webhooks),
             )
         )
@@ -238,7 +252,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 if federation:
                     await federation.close()
                 service_calls.detach()
-                await http.aclose()
+                for client in (http, models_http, identity_http):
+                    await client.aclose()
                 await db.dispose()
             finally:
                 slot.remove()

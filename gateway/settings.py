@@ -175,6 +175,7 @@ class LlmSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
     retries: AtLeast0 = 2
     retry_backoff_s: NotNegative = 0.5
     max_response_bytes: AtLeast1 = 8_388_608
+    max_requests_per_tenant: AtLeast1 = 25
     history_share: Annotated[float, Meta(gt=0, le=1)] = 0.7
 
     def model_providers(self) -> tuple[LlmProvider, ...]:
@@ -690,6 +691,9 @@ FIELD_DOCS: dict[str, str] = {
     "llm_retries": "Retries of a model request after a refused connection, a timeout, a 5xx or a 429.",
     "llm_retry_backoff_s": "First retry delay in seconds, doubled on each retry (a 429's Retry-After wins).",
     "llm_max_response_bytes": "Largest model response read; a larger one is `UPSTREAM_BAD_RESPONSE`.",
+    "llm_max_requests_per_tenant": "Model requests one tenant has in flight at once in one process; its further "
+    "requests wait their turn (within their run's time limit) while other tenants' go on, so one tenant's slow "
+    "chats never hold the whole model pool (`GATEWAY_HTTP_MAX_CONNECTIONS`).",
     "llm_history_share": "Share of the context window the prompt may fill before the oldest exchanges are dropped.",
     "tool_timeout_s": "Default per-call timeout of a tool that declares none.",
     "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
@@ -727,7 +731,9 @@ FIELD_DOCS: dict[str, str] = {
     "service_signing_key_file": "Path of a PEM file holding that key (instead of `GATEWAY_SERVICE_SIGNING_KEY`).",
     "service_token_issuer": "The `iss` claim of service tokens.",
     "service_token_ttl_s": "Lifetime of a service token, in seconds.",
-    "http_max_connections": "Most connections the process's HTTP client opens to business services, in total.",
+    "http_max_connections": "Most connections the process opens to business services (HTTP tools), in total; "
+    "model providers have a pool of their own of the same size, and the identity provider (JWKS, OIDC) one of 10, "
+    "so slow model answers never hold the connections tools or sign-ins need.",
     "http_max_keepalive_connections": "Idle connections the HTTP client keeps open for reuse, in total (past that "
     "the least recently used is closed).",
     "http_connect_timeout_s": "Timeout to open a connection to a business service, in seconds (the call as a "

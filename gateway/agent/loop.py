@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from gateway.agent.turns import TenantTurns
 from gateway.agent.history import (
     PromptBudget,
     close_open_calls,
@@ -128,9 +129,11 @@ async def _no_emit(event: dict[str, Any]) -> None:
 
 class AgentLoop:
     def __init__(
-        self, *, executor: ToolExecutor, registry: ToolRegistry, history_share: float, max_batch_size: int, save: Save
+        self, *, executor: ToolExecutor, registry: ToolRegistry, history_share: float, max_batch_size: int, save: Save,
+        turns: TenantTurns,
     ) -> None:
         self._executor = executor
+        self._turns = turns
         self._max_batch_size = max_batch_size
         self._registry = registry
         self._history_share = history_share
@@ -166,7 +169,8 @@ class AgentLoop:
             await emit({"type": "round", "round": round_no, "messages_dropped": run.messages_dropped})
             prompt_chars = trimmed.prompt_chars + tools_chars
             started = time.perf_counter()
-            result = await run.model.chat(prompt, run.tools, options=run.options, deadline=deadline)
+            async with self._turns.turn(run.principal.tenant_id):
+                result = await run.model.chat(prompt, run.tools, options=run.options, deadline=deadline)
             run.steps = round_no
             run.usage = run.usage + result.usage
             budget.calibrate(prompt_chars, result.usage.prompt_tokens)

@@ -35,6 +35,7 @@ from gateway.errors import ErrorCode, GatewayError, new_error_id
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.results import read_content
+from gateway.agent.turns import TenantTurns
 from gateway.execution.runs import RequestedLimits, RunService
 from gateway.llm.base import ChatModel, Message, SamplingOptions, Usage
 from gateway.llm.providers import ModelProviders
@@ -88,6 +89,7 @@ class AgentService:
             history_share=settings.llm.history_share,
             max_batch_size=settings.requests.max_batch_size,
             save=self._save,
+            turns=TenantTurns(settings.llm.max_requests_per_tenant),
         )
 
     @property
