@@ -209,7 +209,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 audit_exports=ExportSlots(
                     per_tenant=settings.audit.export_max_per_tenant,
                     per_process=settings.audit.export_max_per_process,
-                    stall_timeout_s=settings.audit.export_stall_timeout_s,
+                    stall_timeout_s=settings.server.stream_stall_timeout_s,
                 ),
                 audit_verifies=Slots(
                     per_tenant=settings.audit.verify_max_per_tenant, per_process=settings.audit.verify_max_per_process

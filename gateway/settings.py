@@ -230,7 +230,6 @@ class AuditSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True
     seal_batch_size: AtLeast1 = 1000
     export_max_per_tenant: AtLeast1 = 2
     export_max_per_process: AtLeast1 = 8
-    export_stall_timeout_s: Annotated[float, Meta(gt=0, le=86_400)] = 60.0
     verify_max_per_tenant: AtLeast1 = 1
     verify_max_per_process: AtLeast1 = 2
 
@@ -269,6 +268,7 @@ class ServerSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
     workers: AtLeast1 = 1
     shutdown_timeout_s: Positive = 30.0
+    stream_stall_timeout_s: Annotated[float, Meta(gt=0, le=86_400)] = 60.0
     head_timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 20.0
 
 
@@ -713,10 +713,6 @@ FIELD_DOCS: dict[str, str] = {
     "`429 RATE_LIMITED` with `Retry-After`.",
     "audit_export_max_per_process": "Audit exports one process streams at once, all tenants together; one more is "
     "`429 RATE_LIMITED` with `Retry-After`.",
-    "audit_export_stall_timeout_s": "Seconds an audit export waits for room to send its next 16 KiB; a client that "
-    "stops taking the body for that long has its export ended (the connection closed before the body's end) and "
-    "its slot given back. A client reading at least about a third of the socket's send buffer per period "
-    "(Linux: at most 4 MiB, so ~1.4 MB per 60 s) is never cut, however long the export takes.",
     "audit_verify_max_per_tenant": "Chain verifications (the console's *Verify chain*) one tenant may run at once "
     "in one process; one more is `429 RATE_LIMITED` with `Retry-After`. A verification holds a database "
     "connection for its one snapshot and hashes every row.",
@@ -742,6 +738,11 @@ FIELD_DOCS: dict[str, str] = {
     "log_format": "`json` (one event per line) or `console` (for a terminal).",
     "workers": "Worker processes of `gateway serve` (`--workers` overrides); all state is in the database.",
     "shutdown_timeout_s": "On SIGTERM, seconds in-flight requests get to finish before they are cancelled.",
+    "stream_stall_timeout_s": "Seconds a streamed answer (an audit export, a streamed chat) waits for room to send "
+    "its next 16 KiB; a client that stops taking the body for that long has its stream ended (the connection "
+    "closed before the body's end) and what it held given back (an export's slot; a chat's run is stored as "
+    "cancelled). A client reading at least about a third of the socket's send buffer per period (Linux: at most "
+    "4 MiB, so ~1.4 MB per 60 s) is never cut, however long the stream takes.",
     "head_timeout_s": "Seconds a request's line and headers get to arrive, from their first byte (or the "
     "connection's opening): later is `408 INVALID_REQUEST`, a connection that sent nothing is closed "
     "(`gateway serve` only; a client holding connections open by sending a head slowly is cut).",

@@ -93,6 +93,11 @@ class AgentService:
         )
 
     @property
+    def stream_stall_timeout_s(self) -> float:
+        """How long a streamed answer waits for its client to take more (``gateway.api.stalled_streams``)."""
+        return self._settings.server.stream_stall_timeout_s
+
+    @property
     def provider_names(self) -> list[str]:
         return self._providers.names
 

@@ -21,7 +21,6 @@ import structlog
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
-from litestar.response import Stream
 
 from gateway.agent.loop import LoopOutcome, LoopRun, TraceEntry, trace_event
 from gateway.agent.service import AgentService, ChatRequest
@@ -46,6 +45,7 @@ from gateway.api.chat_schemas import (
 from gateway.api.params import ResourceId
 from gateway.api.context import request_id_of
 from gateway.api.dependencies import principal_of
+from gateway.api.stalled_streams import StallLimitedStream
 from gateway.api.openapi import error_responses
 from gateway.api.schemas import ErrorBody
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
@@ -113,8 +113,10 @@ async def _answer(
     created = int(time.time())
     if stream:
         include_usage = bool(options and options.include_usage)
-        return Stream(
+        return StallLimitedStream(
             _events(agent, run, outcome, request_id=request_id, created=created, include_usage=include_usage),
+            stall_timeout_s=agent.stream_stall_timeout_s,
+            log_fields={"stream": "chat", "run": run.run_id},
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+
+import pytest
 
 from tests.support.scripted_model import call, openai_turn
 from tests.support.tokens import auth_for
@@ -55,3 +58,34 @@ async def test_a_client_that_goes_away_cancels_the_run_and_it_is_stored_as_cance
     assert run["state"] == "cancelled"
     assert [m["role"] for m in run["messages"]] == ["user", "assistant", "tool"]
     assert run["usage"]["model_calls"] == 1
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"stream_stall_timeout_s": 0.5}])
+async def test_a_client_that_stops_reading_the_stream_is_cut_off_and_the_stream_ends(gateway, model):
+    """A streamed chat whose client connects and never reads held its run and answer in
+    memory for as long as the connection stayed open; after GATEWAY_STREAM_STALL_TIMEOUT_S
+    the gateway ends it and closes the connection before the stream's end."""
+    model.script(openai_turn("x" * 6_000_000))
+    body = json.dumps({"model": "default", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nauthorization: {auth_for('alice')['Authorization']}\r\n\r\n"
+    ).encode()
+    host, port = gateway.url.removeprefix("http://").split(":")
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+    client.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(client, (host, int(port)))
+        await asyncio.get_running_loop().sock_sendall(client, head + body)
+        await asyncio.sleep(3)  # reading nothing, well past the deadline
+        received = bytearray()
+        while chunk := await asyncio.wait_for(asyncio.get_running_loop().sock_recv(client, 65536), 20):
+            received += chunk
+    finally:
+        client.close()
+    assert received.startswith(b"HTTP/1.1 200")
+    assert b"data: [DONE]" not in received and len(received) < 6_000_000
+    # The gateway goes on serving.
+    model.script(openai_turn("fine"))
+    assert (await gateway.chat("again")).status_code == 200

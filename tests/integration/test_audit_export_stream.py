@@ -256,7 +256,7 @@ async def test_an_export_whose_client_takes_nothing_is_cut_short_and_gives_its_s
     await seeded(pg_url)
     await _fill(pg_url, 30_000)
     with gateways(pg_url, 1, audit_seal_interval_s=0, audit_export_max_per_tenant=1,
-                  audit_export_stall_timeout_s=0.5) as (gateway,):
+                  stream_stall_timeout_s=0.5) as (gateway,):
         stalled = SlowReader(gateway.url)
         try:
             assert (await stalled.start()).status_code == 200
@@ -280,7 +280,7 @@ async def test_an_export_whose_client_keeps_reading_slowly_is_never_cut(pg_url):
     await seeded(pg_url)
     await _fill(pg_url, 40_000)
     with gateways(pg_url, 1, audit_seal_interval_s=0, audit_export_max_per_tenant=1,
-                  audit_export_stall_timeout_s=1) as (gateway,):
+                  stream_stall_timeout_s=1) as (gateway,):
         async with httpx.AsyncClient(timeout=60, transport=_small_buffer()) as http:
             request = http.build_request("GET", gateway.url + EXPORT, headers=auth_for("carol"))
             response = await http.send(request, stream=True)
