@@ -51,7 +51,7 @@ from gateway.execution.protocol import (
     call_problem,
     id_problem,
 )
-from gateway.llm.base import ChatModel, ChatResult, Message, SamplingOptions, Usage, new_tool_call_id
+from gateway.llm.base import ChatModel, ChatResult, Message, SamplingOptions, UpstreamError, Usage, new_tool_call_id
 from gateway.tools.base import REDACTED
 from gateway.tools.registry import ToolRegistry
 
@@ -59,6 +59,11 @@ log = structlog.get_logger("gateway.agent")
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 Save = Callable[["LoopRun"], Awaitable[None]]
+
+MODEL_CALLS_CEILING = 2
+"""An answer with up to this many times the batch limit of calls has the calls past the limit
+answered ``INVALID_TOOL_CALL`` (the model can try again with fewer); more, and the whole
+answer is ``UPSTREAM_BAD_RESPONSE``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +176,16 @@ class AgentLoop:
             started = time.perf_counter()
             async with self._turns.turn(run.principal.tenant_id):
                 result = await run.model.chat(prompt, run.tools, options=run.options, deadline=deadline)
+            sent = len(result.message.tool_calls)
+            if sent > MODEL_CALLS_CEILING * self._max_batch_size:
+                # Each call is answered, audited and stored: 20,000 calls in one answer would be
+                # as many rows of each. An answer this far past the limit is not a model's slip.
+                log.warning("model_tool_calls_refused", run=run.run_id, sent=sent, limit=self._max_batch_size)
+                raise UpstreamError(
+                    ErrorCode.UPSTREAM_BAD_RESPONSE,
+                    f"The model's answer holds {sent} tool calls, more than twice the {self._max_batch_size} "
+                    "one answer may hold.",
+                )
             run.steps = round_no
             run.usage = run.usage + result.usage
             budget.calibrate(prompt_chars, result.usage.prompt_tokens)

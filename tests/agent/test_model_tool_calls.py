@@ -206,3 +206,19 @@ async def test_ollama_arguments_text_nested_too_deep_does_not_break_the_next_rou
     assert response.status_code == 200, response.text
     assert [t["outcome"] for t in response.json()["gateway"]["trace"]] == ["INVALID_ARGUMENTS"]
     assert model.served == 2
+
+
+@pytest.mark.parametrize("gateway_overrides", [{"max_batch_size": 2}])
+async def test_an_answer_with_more_than_twice_the_batch_limit_is_refused_whole_and_nothing_is_stored(gateway, model):
+    """A hostile model's 20,000 calls in one answer were each answered, audited and stored."""
+    sent = [raw("add", call_id=f"call_{i}", arguments=f'{{"a": {i}, "b": 0}}') for i in range(5)]
+    model.script(answer_with(sent), openai_turn("done"))
+    response = await gateway.chat("add")
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "UPSTREAM_BAD_RESPONSE" and "5 tool calls" in error["message"]
+    assert await gateway.sql("SELECT tool_call_id FROM tool_calls") == []
+    calls = await gateway.sql("SELECT tool_call_id FROM audit_events WHERE tool_call_id IS NOT NULL")
+    assert calls == []
+    states = await gateway.sql("SELECT loop_state, stop_reason FROM runs WHERE loop_state IS NOT NULL")
+    assert [tuple(s) for s in states] == [("failed", "UPSTREAM_BAD_RESPONSE")]
