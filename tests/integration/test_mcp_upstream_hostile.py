@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 import structlog
 
@@ -39,7 +40,7 @@ WAIT_S = 20.0
 TOOLS_TOML = """
 [mcp_servers.hostile]
 url = "{hostile_url}"
-include = ["echo", "wait", "huge"]
+include = ["echo", "wait", "huge", "shape"]
 
 [mcp_servers.hostile.tools.echo]
 name = "hostile_echo"
@@ -53,6 +54,10 @@ timeout_s = 8
 
 [mcp_servers.hostile.tools.huge]
 name = "hostile_huge"
+permission = "notes:read"
+
+[mcp_servers.hostile.tools.shape]
+name = "hostile_shape"
 permission = "notes:read"
 
 [mcp_servers.notes]
@@ -251,3 +256,22 @@ async def test_an_upstream_that_forgets_the_session_then_hangs_holds_no_call_pas
     await eventually(lambda: hostile_served(gw), "the server's tools are back once it behaves")
     other_tenant = await gw.call("hostile_echo", {"text": "after"}, user="bob", tenant="globex")
     assert other_tenant["ok"] is True and other_tenant["result"] == "after", other_tenant
+
+
+async def test_one_calls_answer_its_schema_refuses_fails_that_call_only_and_listings_carry_the_gateways_token(
+    env: Env, gw: Caller
+):
+    """A review's reproduction: one tenant's call answered with structured content its output
+    schema refuses dropped the session every tenant's calls share (another tenant's call in
+    flight failed), and the session opened next listed the tools with the caller's token."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    waiting = asyncio.create_task(gw.call("hostile_wait", {"ms": 1500}, tenant="globex"))
+    await asyncio.sleep(0.3)
+    refused = await gw.call("hostile_shape", {})
+    assert refused["ok"] is False and refused["error"]["code"] == "TOOL_EXECUTION_FAILED", refused
+    assert (await waiting)["result"] == "waited"
+
+    for method, authorization in env.hostile.authorizations:
+        if method in ("initialize", "tools/list"):
+            claims = jwt.decode(authorization.removeprefix("Bearer "), options={"verify_signature": False})
+            assert (claims["sub"], claims["tenant_id"]) == ("gateway", ""), (method, claims)

@@ -24,6 +24,9 @@ TOOLS = [
     {"name": "wait", "description": "Answers after `ms` milliseconds.",
      "inputSchema": {"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"],
                      "additionalProperties": False}},
+    {"name": "shape", "description": "Answers structured content its own output schema refuses.",
+     "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+     "outputSchema": {"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]}},
     {"name": "huge", "description": "Answers structured content holding 1e400, with its text or without.",
      "inputSchema": {"type": "object", "properties": {"with_text": {"type": "boolean"}}, "required": ["with_text"],
                      "additionalProperties": False}},
@@ -54,6 +57,8 @@ class HostileMcp:
         self.drip_s = drip_s
         self.seen: list[str] = []
         """``DELETE`` or the JSON-RPC method of each request, in order."""
+        self.authorizations: list[tuple[str, str]] = []
+        """The JSON-RPC method and the ``authorization`` header of each request with an id."""
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped: asyncio.Event | None = None
@@ -92,12 +97,17 @@ class HostileMcp:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.split(b"\r\n")
                 method = lines[0].split(b" ")[0]
-                length = 0
+                length, authorization = 0, ""
                 for line in lines[1:]:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
+                    if line.lower().startswith(b"authorization:"):
+                        authorization = line.split(b":", 1)[1].strip().decode()
                 body = await reader.readexactly(length) if length else b""
-                await self._answer(method, json.loads(body) if body else {}, writer)
+                message = json.loads(body) if body else {}
+                if "id" in message:
+                    self.authorizations.append((str(message.get("method")), authorization))
+                await self._answer(method, message, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
@@ -153,6 +163,9 @@ class HostileMcp:
                 content = [{"type": "text", "text": HUGE}] if arguments.get("with_text") else []
                 body = json.dumps({**reply, "result": {"content": content, "structuredContent": "__HUGE__"}})
                 return _json_response_text(body.replace('"__HUGE__"', HUGE))
+            if params.get("name") == "shape":
+                return _json_response({**reply, "result": {"content": [{"type": "text", "text": "1"}],
+                                                           "structuredContent": {"v": 1}}})
             if params.get("name") == "wait":
                 await asyncio.sleep(arguments["ms"] / 1000)
                 text = "waited"

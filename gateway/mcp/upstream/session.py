@@ -106,6 +106,12 @@ class UpstreamSession:
                     ) as session:
                         try:
                             await session.initialize()
+                            # The SDK checks a call's structured answer against the tool's
+                            # output schema, and lists the tools first when it has none: in
+                            # the caller's context, with the caller's token, and the listing
+                            # it keeps then checks every tenant's calls. List here, with the
+                            # gateway's own.
+                            await _pages_of_tools(session)
                             if not ready.done():
                                 ready.set_result(session)
                             await stop.wait()
@@ -128,17 +134,7 @@ class UpstreamSession:
                 ready.set_exception(SessionUnavailable("the session ended before it was ready"))
 
     async def list_tools(self) -> list[types.Tool]:
-        session = await self.session()
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        for _ in range(MAX_LIST_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page = await session.list_tools(params=params)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return tools
+        return await _pages_of_tools(await self.session())
 
     def drop(self) -> None:
         """Forget the session (it failed): the next use opens a new one. Its task ends it in
@@ -171,3 +167,17 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, MCPError):
         return "connection closed" if exc.code == types.CONNECTION_CLOSED else f"MCP error {exc.code}"
     return type(exc).__name__
+
+
+async def _pages_of_tools(session: ClientSession) -> list[types.Tool]:
+    """The server's tools, page after page (at most ``MAX_LIST_PAGES``)."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(MAX_LIST_PAGES):
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools

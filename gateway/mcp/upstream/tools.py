@@ -149,7 +149,9 @@ class McpToolHandler:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             raise ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.") from None
         except (httpx2.HTTPError, httpx2.StreamError, ValidationError, RuntimeError) as exc:
-            self._upstream.drop()
+            # This call's answer, not the session: other calls (other tenants') share the
+            # session and go on. A session that is really gone fails its next use, and that is
+            # when it is dropped (SessionUnavailable, a closed connection, a forgotten session).
             raise self._failed("mcp_call_failed", "The MCP server answered in a way this tool does not expect.",
                                started, retryable=False, error_type=type(exc).__name__) from None
         finally:
