@@ -275,3 +275,24 @@ async def test_one_calls_answer_its_schema_refuses_fails_that_call_only_and_list
         if method in ("initialize", "tools/list"):
             claims = jwt.decode(authorization.removeprefix("Bearer "), options={"verify_signature": False})
             assert (claims["sub"], claims["tenant_id"]) == ("gateway", ""), (method, claims)
+
+
+async def test_a_call_answered_by_an_endless_event_stream_lets_go_of_its_connection_after_its_timeout(
+    env: Env, gw: Caller
+):
+    """A review's reproduction: the call gave up at its timeout, but its request went on
+    reading comments (each read within the read timeout) and held its connection until the
+    session died; a hundred such held every connection of the MCP servers' pool."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    env.hostile.mode = "drip_calls"
+    try:
+        calls = await asyncio.gather(*(gw.call("hostile_echo", {"text": "held"}) for _ in range(3)))
+        assert [c["error"]["code"] for c in calls] == ["TOOL_TIMEOUT"] * 3
+        await eventually(lambda: _none_dripping(env.hostile), "the dripped answers' connections are let go")
+    finally:
+        env.hostile.mode = "normal"
+    assert (await gw.call("hostile_echo", {"text": "after"}))["result"] == "after"
+
+
+async def _none_dripping(hostile: HostileMcp) -> bool:
+    return hostile.dripping == 0

@@ -57,6 +57,8 @@ class HostileMcp:
         self.drip_s = drip_s
         self.seen: list[str] = []
         """``DELETE`` or the JSON-RPC method of each request, in order."""
+        self.dripping = 0
+        """Calls being answered with an endless event stream (mode ``drip_calls``) right now."""
         self.authorizations: list[tuple[str, str]] = []
         """The JSON-RPC method and the ``authorization`` header of each request with an id."""
         self.port = 0
@@ -158,6 +160,18 @@ class HostileMcp:
         if rpc == "tools/call":
             if hostile:
                 return _empty(b"404 Not Found")
+            if self.mode == "drip_calls":
+                # An event stream that never answers: a comment every 0.2 s, until the client goes.
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+                self.dripping += 1
+                try:
+                    while True:
+                        writer.write(b"4\r\n: x\n\r\n")
+                        await writer.drain()
+                        await asyncio.sleep(0.2)
+                finally:
+                    self.dripping -= 1
             arguments = params.get("arguments") or {}
             if params.get("name") == "huge":
                 content = [{"type": "text", "text": HUGE}] if arguments.get("with_text") else []

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -55,19 +56,28 @@ def call_response_limit(max_result_bytes: int) -> int:
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, stream: httpx2.AsyncByteStream, limit: int, scope: CallScope | None) -> None:
+    def __init__(
+        self, stream: httpx2.AsyncByteStream, limit: int, scope: CallScope | None, deadline: float | None
+    ) -> None:
         self._stream = stream
         self._limit = limit
         self._scope = scope
+        self._deadline = deadline
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
+        loop = asyncio.get_running_loop()
         async for chunk in self._stream:
             seen += len(chunk)
             if seen > self._limit:
                 if self._scope is not None:
                     self._scope.oversized = True
                 raise ResponseTooLarge("the upstream answer is larger than its limit")
+            if self._deadline is not None and loop.time() > self._deadline:
+                # A read timeout is per read: an answer dripped a comment a second would hold
+                # the request, and its connection, after the call gave up on it (the SDK's older
+                # protocol revision only notifies the server of a cancelled call).
+                raise httpx2.ReadTimeout("the upstream answer took longer than its call's timeout")
             yield chunk
 
     async def aclose(self) -> None:
@@ -95,13 +105,15 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             limit = LIST_RESPONSE_LIMIT
         # A compressed body could expand past the cap inside one read: ask for it as sent.
         request.headers["accept-encoding"] = "identity"
+        started = asyncio.get_running_loop().time()
         response = await self._inner.handle_async_request(request)
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             await response.aclose()
             raise httpx2.DecodingError("the upstream sent a compressed answer", request=request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _CappedStream(response.stream, limit, scope)
+        deadline = started + scope.timeout_s if scope is not None and scope.timeout_s is not None else None
+        response.stream = _CappedStream(response.stream, limit, scope, deadline)
         return response
 
     async def aclose(self) -> None:
