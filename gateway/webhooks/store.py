@@ -253,18 +253,22 @@ async def record_failed(
 _EXPIRE_DUE_APPROVALS = sa.text(
     """
     WITH due AS (
-        SELECT a.tenant_id, a.id,
-               EXISTS (SELECT 1 FROM runs r
-                        WHERE r.tenant_id = a.tenant_id AND r.id = a.run_id AND r.expires_at <= :now) AS run_expired
-          FROM approvals a
-         WHERE a.status = 'pending'
-           AND (a.expires_at <= :now
-                OR EXISTS (SELECT 1 FROM runs r
-                            WHERE r.tenant_id = a.tenant_id AND r.id = a.run_id AND r.expires_at <= :now))
-           AND EXISTS (SELECT 1 FROM webhook_subscriptions s
-                        WHERE s.tenant_id = a.tenant_id AND s.events ? 'approval.expired')
+        SELECT d.tenant_id, d.id, d.run_expired
+          FROM (SELECT DISTINCT s.tenant_id FROM webhook_subscriptions s WHERE s.events ? 'approval.expired') AS t
+         CROSS JOIN LATERAL (
+               SELECT a.tenant_id, a.id,
+                      EXISTS (SELECT 1 FROM runs r
+                               WHERE r.tenant_id = a.tenant_id AND r.id = a.run_id AND r.expires_at <= :now)
+                          AS run_expired
+                 FROM approvals a
+                WHERE a.tenant_id = t.tenant_id AND a.status = 'pending'
+                  AND (a.expires_at <= :now
+                       OR EXISTS (SELECT 1 FROM runs r
+                                   WHERE r.tenant_id = a.tenant_id AND r.id = a.run_id AND r.expires_at <= :now))
+                LIMIT :limit
+                  FOR UPDATE OF a SKIP LOCKED
+               ) AS d
          LIMIT :limit
-           FOR UPDATE OF a SKIP LOCKED
     ), expired AS (
         UPDATE approvals AS a
            SET status = 'expired',
@@ -286,10 +290,19 @@ _EXPIRE_DUE_APPROVALS = sa.text(
 expired, as a decision attempt would (gateway.db.approvals.expire_if_due, with the
 held-back call's outcome stored): only for tenants with an ``approval.expired`` webhook,
 whose trigger then announces it. Elsewhere such an approval reads as expired by
-comparison (gateway.execution.approvals.effective_status) as before."""
+comparison (gateway.execution.approvals.effective_status) as before.
+
+It reads the subscribed tenants' pending approvals only, each tenant's through its index
+(``tenant_id, status, created_at``), and updates the few it found by key: sequential scans,
+hash and merge joins off, or the planner reads the whole table (every tenant's pending
+approvals) to find them or to join them, each round of every process (500,000 pending of one
+tenant without such a webhook: 93–108 ms a round; 0.3 ms so)."""
 
 
 async def expire_due_approvals(conn: AsyncConnection, *, now: datetime, contents: dict[str, str], limit: int) -> int:
+    """In the caller's transaction, which is the sweep's own (its planner setting stays in it)."""
+    for setting in ("enable_seqscan", "enable_hashjoin", "enable_mergejoin"):
+        await conn.execute(sa.text(f"SET LOCAL {setting} = off"))
     result = await conn.execute(
         _EXPIRE_DUE_APPROVALS,
         {
