@@ -746,7 +746,8 @@ FIELD_DOCS: dict[str, str] = {
     "head_timeout_s": "Seconds a request's line and headers get to arrive, from their first byte (or the "
     "connection's opening): later is `408 INVALID_REQUEST`, a connection that sent nothing is closed "
     "(`gateway serve` only; a client holding connections open by sending a head slowly is cut).",
-    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit).",
+    "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit). A "
+    "request counts once however many tool calls its batch holds (at most `GATEWAY_MAX_BATCH_SIZE`).",
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
     "rate_limit_user_rps": "Requests per second one user of a tenant may make, across all processes (0: no limit).",
     "rate_limit_user_burst": "Requests a user may make at once above their rate (0: one second's worth).",
