@@ -33,4 +33,8 @@ def _bound_request_heads(settings: Settings) -> None:
         return
     from gateway import http_server
 
-    http_server.configure(max_head_bytes=settings.requests.max_head_bytes, head_timeout_s=settings.server.head_timeout_s)
+    http_server.configure(
+        max_head_bytes=settings.requests.max_head_bytes,
+        head_timeout_s=settings.server.head_timeout_s,
+        body_timeout_s=settings.server.body_timeout_s,
+    )

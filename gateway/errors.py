@@ -113,7 +113,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
               "Method not allowed on this route."),
         _spec(E.INVALID_REQUEST, 400, False,
               "The request body or query parameters do not match the route's schema, or break the input rules "
-              "(nesting deeper than GATEWAY_MAX_JSON_DEPTH, text PostgreSQL cannot store, a key given twice).",
+              "(nesting deeper than GATEWAY_MAX_JSON_DEPTH, text PostgreSQL cannot store, a key given twice). Also "
+              "the code of a `408` when a request's head does not arrive within GATEWAY_HEAD_TIMEOUT_S.",
               "The request is invalid."),
         _spec(E.PAYLOAD_TOO_LARGE, 413, False,
               "The request body is larger than GATEWAY_MAX_BODY_BYTES.",

@@ -18,7 +18,12 @@ before, so a head streamed without end costs memory and CPU that grow faster tha
 before any authentication. A head larger than ``GATEWAY_MAX_HEAD_BYTES`` is answered
 ``431 HEADERS_TOO_LARGE``; one not complete ``GATEWAY_HEAD_TIMEOUT_S`` after its first byte
 (or after the connection opened) is answered ``408 INVALID_REQUEST``, and a connection that
-never sent a byte in that time is closed. Either way the connection is closed.
+never sent a byte in that time is closed. Either way the connection is closed. A head's bytes
+are counted as they are fed to the parser, request after request, so pipelined requests are
+counted each on its own. A body must arrive within ``GATEWAY_BODY_TIMEOUT_S`` of its head, and
+a request answered before its body arrived has its connection closed rather than the rest
+waited for (a body dripped a byte at a time held a connection for ever: every byte put off
+uvicorn's keep-alive timeout).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import msgspec
 import structlog
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.api.stalled_streams import ABORT_EXTENSION
 from gateway.errors import ErrorCode
 
 FLUSH_AT_BYTES = 64 * 1024
@@ -38,16 +44,18 @@ log = structlog.get_logger("gateway.http")
 
 
 class HeadLimits:
-    """What a request's head may take (set from the settings by ``configure``)."""
+    """What a request's head and body may take (set from the settings by ``configure``)."""
 
     max_bytes = 65_536
     timeout_s = 20.0
+    body_timeout_s = 60.0
 
 
-def configure(*, max_head_bytes: int, head_timeout_s: float) -> None:
+def configure(*, max_head_bytes: int, head_timeout_s: float, body_timeout_s: float) -> None:
     """Apply the settings in this process (each worker builds its app, and calls this, first)."""
     HeadLimits.max_bytes = max_head_bytes
     HeadLimits.timeout_s = head_timeout_s
+    HeadLimits.body_timeout_s = body_timeout_s
 
 
 def _refusal(status: int, code: ErrorCode, message: str) -> bytes:
@@ -170,43 +178,58 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     requests' heads bounded in size and time."""
 
     _head_bytes = 0
+    """Bytes of the head being read, counted as they are fed to the parser (a head that starts
+    in a read after another request ends in it is counted from the next read: at most one
+    read's worth more)."""
     _reading_head = True
     _head_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
 
     def data_received(self, data: bytes) -> None:
-        if not self._reading_head:
-            super().data_received(data)
-            return
-        if self._head_timer is None:
-            self._arm_head_timer()
-        room = HeadLimits.max_bytes - self._head_bytes
-        if len(data) <= room:
-            self._head_bytes += len(data)
-            super().data_received(data)
-            return
-        # The head may end within the room, a body following: the parser reads up to the
-        # limit first, and the rest only if the head ended there.
-        self._head_bytes = HeadLimits.max_bytes
-        super().data_received(data[:room])
-        if self.transport.is_closing():
-            return
-        if self._reading_head:
-            self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
-            return
-        super().data_received(data[room:])
+        while data:
+            if not self._reading_head:
+                super().data_received(data)
+                return
+            if self._head_timer is None:
+                self._arm_head_timer()
+            room = HeadLimits.max_bytes - self._head_bytes
+            if room <= 0:
+                self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
+                return
+            # The parser reads at most the room left: the head may end within it (a body or the
+            # next pipelined request following), and what is left is fed as the state then says.
+            piece, data = data[:room], data[room:]
+            self._head_bytes += len(piece)
+            super().data_received(piece)
+            if self.transport.is_closing():
+                return
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._disarm_head_timer()
+        self._body_timer = self.loop.call_later(HeadLimits.body_timeout_s, self._body_timed_out)
+        scope_extensions = self.scope.setdefault("extensions", {})  # type: ignore[typeddict-item]
+        scope_extensions[ABORT_EXTENSION] = self._abort
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._reading_head = True
         self._head_bytes = 0
+        self._disarm_body_timer()
+
+    def on_response_complete(self) -> None:
+        # Answered before its body arrived (a 404, a 401, a 413): the rest of the body is not
+        # waited for, however slowly it comes. (Not while another request waits its turn.)
+        if not self._reading_head and not self.pipeline and not self.transport.is_closing():
+            log.info("request_body_abandoned", client=self.client and self.client[0])
+            self._disarm_body_timer()
+            self.transport.close()
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._disarm_body_timer()
         super().connection_lost(exc)
 
     def _arm_head_timer(self) -> None:
@@ -217,6 +240,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if not self._reading_head or self.transport.is_closing():
@@ -226,6 +254,19 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         else:
             log.info("request_head_refused", status=408, head_bytes=0, client=self.client and self.client[0])
             self.transport.close()
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self._reading_head or self.transport.is_closing():
+            return
+        # The app may be reading the body, or answering: the connection goes, and the app's
+        # next receive says the client left.
+        log.info("request_body_timed_out", timeout_s=HeadLimits.body_timeout_s, client=self.client and self.client[0])
+        self._abort()
+
+    def _abort(self) -> None:
+        """Close the connection now, dropping what is not sent (a stalled stream's end)."""
+        self.transport.abort()
 
     def _refuse(self, status: int, code: ErrorCode, message: str) -> None:
         log.info("request_head_refused", status=status, head_bytes=self._head_bytes, client=self.client and self.client[0])

@@ -270,6 +270,7 @@ class ServerSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     shutdown_timeout_s: Positive = 30.0
     stream_stall_timeout_s: Annotated[float, Meta(gt=0, le=86_400)] = 60.0
     head_timeout_s: Annotated[float, Meta(gt=0, le=3600)] = 20.0
+    body_timeout_s: Annotated[float, Meta(gt=0, le=86_400)] = 60.0
 
 
 class RateLimitSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -746,6 +747,9 @@ FIELD_DOCS: dict[str, str] = {
     "head_timeout_s": "Seconds a request's line and headers get to arrive, from their first byte (or the "
     "connection's opening): later is `408 INVALID_REQUEST`, a connection that sent nothing is closed "
     "(`gateway serve` only; a client holding connections open by sending a head slowly is cut).",
+    "body_timeout_s": "Seconds a request's body gets to arrive after its head (`gateway serve` only); a body still "
+    "coming then has its connection closed. A request answered before its body arrived (a 401, 404, 413) has its "
+    "connection closed at once instead of reading the rest.",
     "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit). A "
     "request counts once however many tool calls its batch holds (at most `GATEWAY_MAX_BATCH_SIZE`).",
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",

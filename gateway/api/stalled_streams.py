@@ -33,6 +33,13 @@ PIECE_BYTES = 16 * 1024
 buffers' room and not also a whole chunk (an export's page of 1,000 rows, ~0.5 MB)."""
 
 
+ABORT_EXTENSION = "gateway.abort"
+"""A request's scope ``extensions`` entry under this name, when the server offers one
+(``gateway serve``'s protocol, ``gateway.http_server``), closes the connection at once: a
+stalled stream ends so, and uvicorn, seeing the client gone, logs no error. Elsewhere the
+server closes the connection itself once the app returns without finishing the body."""
+
+
 class ClientStalled(Exception):
     """The client took no chunk within the stall deadline."""
 
@@ -94,6 +101,12 @@ class _StallLimitedResponse:
                 streamed_s=round(time.monotonic() - started, 3),
                 **self._log_fields,
             )
+            abort = (scope.get("extensions") or {}).get(ABORT_EXTENSION)
+            if abort is not None:
+                abort()
             aclose = getattr(self._iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+            # The transport reports the connection lost on the loop's next turn: let it, so the
+            # server knows the client is gone before this returns.
+            await anyio.sleep(0)

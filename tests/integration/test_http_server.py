@@ -263,11 +263,11 @@ def test_gateway_serve_answers_through_this_protocol():
 
 @pytest.fixture
 def head_limits() -> Iterator[None]:
-    http_server.configure(max_head_bytes=4096, head_timeout_s=0.5)
+    http_server.configure(max_head_bytes=4096, head_timeout_s=0.5, body_timeout_s=1.0)
     try:
         yield
     finally:
-        http_server.configure(max_head_bytes=65_536, head_timeout_s=20.0)
+        http_server.configure(max_head_bytes=65_536, head_timeout_s=20.0, body_timeout_s=60.0)
 
 
 def _refusal(answer: bytes) -> tuple[bytes, dict[str, Any]]:
@@ -315,3 +315,48 @@ def test_a_head_not_complete_in_time_is_408_and_a_silent_connection_is_closed(se
     with server.connect() as client:
         client.sendall(b"GET /small HTTP/1.1\r\nhost: x\r\n\r\n")
         assert read_response(client, bytearray())[1] == b"hello"
+
+
+def test_pipelined_requests_are_counted_each_on_its_own(server, head_limits):
+    request = b"GET /small HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 900 + b"\r\n\r\n"
+    with server.connect() as client:
+        client.sendall(request * 100)  # 95 KB in one write: far past the limit together, each far under it
+        buffer = bytearray()
+        answers = [read_response(client, buffer) for _ in range(100)]
+    assert [body for _, body in answers] == [b"hello"] * 100
+
+
+def test_a_request_answered_before_its_body_came_has_its_connection_closed(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"POST /small HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000000\r\n\r\nb")
+        head, body = read_response(client, bytearray())
+        assert head.startswith(b"HTTP/1.1 200") and body == b"hello"
+        for _ in range(3):  # a byte now and then, as a client holding the connection would
+            try:
+                client.sendall(b"b")
+            except OSError:
+                break
+            time.sleep(0.3)
+        assert _closed_without_an_answer(client)  # closed, not kept waiting for the rest
+
+
+def test_a_body_that_does_not_arrive_in_time_has_its_connection_closed(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n")
+        for _ in range(20):  # one byte every 0.2 s: each puts off any idle timeout
+            try:
+                client.sendall(b"b")
+            except OSError:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the connection was still open after 4 s of a 1 s body deadline")
+        # (The app, reading the body, heard that its client left; nothing was answered.)
+        assert _closed_without_an_answer(client)
+
+
+def _closed_without_an_answer(client: socket.socket) -> bool:
+    try:
+        return read_to_end(client) == b""
+    except ConnectionResetError:  # closed with data unread: the peer resets
+        return True
