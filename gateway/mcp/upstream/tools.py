@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Mapping
@@ -99,6 +100,11 @@ def federated_tool(
     )
 
 
+CALL_DEADLINE_GRACE_S = 1.0
+"""How long after a call's timeout its requests' answers stop being read (``CallScope.deadline``):
+the SDK's timeout answers the call first, as ``TOOL_TIMEOUT``."""
+
+
 class McpToolHandler:
     def __init__(
         self,
@@ -128,6 +134,7 @@ class McpToolHandler:
             timeout_s=ctx.timeout_s or self._spec.timeout_s,
             headers=self._headers(ctx),
         )
+        scope.deadline = asyncio.get_running_loop().time() + scope.timeout_s + CALL_DEADLINE_GRACE_S
         started = time.perf_counter()
         token = CURRENT_CALL.set(scope)
         try:

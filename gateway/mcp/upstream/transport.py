@@ -43,6 +43,11 @@ class CallScope:
     above the client's own)."""
     headers: dict[str, str] = field(default_factory=dict)
     oversized: bool = False
+    deadline: float | None = None
+    """A little after the call gives up (the event loop's clock; the SDK's own timeout ends the
+    call first): no answer for it is read past it, nor an event stream reopened for it. Set
+    when the call starts, so a request made again for it (the SDK reopens an event stream with
+    ``Last-Event-ID``) gets no time of its own."""
 
 
 CURRENT_CALL: ContextVar[CallScope | None] = ContextVar("gateway_mcp_call", default=None)
@@ -94,6 +99,11 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         scope = CURRENT_CALL.get()
         request.headers.pop("cookie", None)
+        if (scope is not None and scope.deadline is not None and request.method == "GET"
+                and asyncio.get_running_loop().time() >= scope.deadline):
+            # An event stream reopened for a call that has given up. (A POST past it is the
+            # SDK telling the server the call was cancelled: that one goes.)
+            raise httpx2.ReadTimeout("the call's time is up", request=request)
         if scope is not None:
             request.headers["authorization"] = scope.authorization
             request.headers.update(scope.headers)
@@ -105,15 +115,13 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
             limit = LIST_RESPONSE_LIMIT
         # A compressed body could expand past the cap inside one read: ask for it as sent.
         request.headers["accept-encoding"] = "identity"
-        started = asyncio.get_running_loop().time()
         response = await self._inner.handle_async_request(request)
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             await response.aclose()
             raise httpx2.DecodingError("the upstream sent a compressed answer", request=request)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        deadline = started + scope.timeout_s if scope is not None and scope.timeout_s is not None else None
-        response.stream = _CappedStream(response.stream, limit, scope, deadline)
+        response.stream = _CappedStream(response.stream, limit, scope, scope.deadline if scope is not None else None)
         return response
 
     async def aclose(self) -> None:
