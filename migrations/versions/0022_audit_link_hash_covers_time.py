@@ -11,7 +11,10 @@ default stays 1, so a sealer of the release before that still runs during a roll
 writes links that verify as what they are. A link changed from 2 to 1 no longer matches its
 own chain hash, so the version cannot be lowered unseen either.
 
-Adding a column with a constant default rewrites nothing (PostgreSQL 11+).
+Adding a column with a constant default rewrites nothing (PostgreSQL 11+), and the check on it
+is validated apart (``VALIDATE CONSTRAINT`` reads every link, but under a lock that lets the
+sealer and readers go on). During a rolling upgrade, ``audit verify`` of the release before
+reports a chain broken at its first version-2 link: verify with this release.
 
 Downgrade drops the column, and refuses while any link of version 2 exists: the release
 before would read it as version 1 and report the chain broken there.
@@ -34,13 +37,18 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    op.execute("ALTER TABLE audit_links ADD COLUMN hash_version smallint DEFAULT 1 NOT NULL")
+    # Checked without the table's exclusive lock: NOT VALID first (instant), then VALIDATE,
+    # which reads every link under a lock that lets the sealer and readers go on.
     op.execute(
-        "ALTER TABLE audit_links ADD COLUMN hash_version smallint DEFAULT 1 NOT NULL, "
-        "ADD CONSTRAINT ck_audit_links_hash_version CHECK (hash_version IN (1, 2))"
+        "ALTER TABLE audit_links ADD CONSTRAINT ck_audit_links_hash_version CHECK (hash_version IN (1, 2)) NOT VALID"
     )
+    op.execute("ALTER TABLE audit_links VALIDATE CONSTRAINT ck_audit_links_hash_version")
 
 
 def downgrade() -> None:
+    # No sealer of this release may add a version-2 link between the check and the drop.
+    op.execute("LOCK TABLE audit_links IN SHARE MODE")
     op.execute(
         """
         DO $$
