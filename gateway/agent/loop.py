@@ -176,6 +176,8 @@ class AgentLoop:
             started = time.perf_counter()
             async with self._turns.turn(run.principal.tenant_id):
                 result = await run.model.chat(prompt, run.tools, options=run.options, deadline=deadline)
+            run.steps = round_no
+            run.usage = run.usage + result.usage  # billed, even for an answer refused below
             sent = len(result.message.tool_calls)
             if sent > MODEL_CALLS_CEILING * self._max_batch_size:
                 # Each call is answered, audited and stored: 20,000 calls in one answer would be
@@ -186,8 +188,6 @@ class AgentLoop:
                     f"The model's answer holds {sent} tool calls, more than twice the {self._max_batch_size} "
                     "one answer may hold.",
                 )
-            run.steps = round_no
-            run.usage = run.usage + result.usage
             budget.calibrate(prompt_chars, result.usage.prompt_tokens)
             assistant, requests = self._assistant_message(run, result)
             run.history.append(assistant)

@@ -171,7 +171,7 @@ async def sign_in_with_token(request: Request) -> Response[Any]:
 
 @post("/sign-out", include_in_schema=False, status_code=303)
 async def sign_out(request: Request) -> Response[Any]:
-    me = await signed_in(request)
+    me = await signed_in(request, spend=False)  # a user over the rate can still sign out
     await checked_form(request, me.csrf_token)
     services = services_of(request)
     await session_store(services).end(request.cookies.get(COOKIE))

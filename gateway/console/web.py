@@ -98,7 +98,7 @@ def cleared_cookie(request: Request[Any, Any, Any], services: Services) -> Cooki
     return session_cookie(request, services, "", max_age=0)
 
 
-async def signed_in(request: Request[Any, Any, Any]) -> SignedIn:
+async def signed_in(request: Request[Any, Any, Any], *, spend: bool = True) -> SignedIn:
     """The signed-in user of this request, or ``SignInRequired``. The identity is rebuilt by
     the tenant directory on every request, as for a bearer token: a role's permissions
     changed, or the tenant disabled, take effect at once."""
@@ -113,7 +113,7 @@ async def signed_in(request: Request[Any, Any, Any]) -> SignedIn:
     first = type(request.scope.get("user")) is not Principal
     request.scope["user"] = principal
     bind_request(tenant=principal.tenant_id, user=principal.user_id)
-    if first and services.rate_limiter is not None:
+    if first and spend and services.rate_limiter is not None:
         # The console's requests spend the same tenant's and user's tokens as the API's (the
         # API's middleware sees no principal here: the console signs in by cookie).
         await spend_rate(services.rate_limiter, principal)
