@@ -189,25 +189,34 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         while data:
             if not self._reading_head:
                 super().data_received(data)
-                return
-            if self._head_timer is None:
-                self._arm_head_timer()
+                break
             room = HeadLimits.max_bytes - self._head_bytes
             if room <= 0:
                 self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
                 return
             # The parser reads at most the room left: the head may end within it (a body or the
             # next pipelined request following), and what is left is fed as the state then says.
-            piece, data = data[:room], data[room:]
+            if len(data) <= room:
+                piece, data = data, b""
+            else:
+                piece, data = data[:room], data[room:]
             self._head_bytes += len(piece)
             super().data_received(piece)
             if self.transport.is_closing():
                 return
+        if self.transport.is_closing():
+            return
+        # A head begun but not complete, or a body still to come, gets its clock now (a request
+        # that arrives whole in one read, the common case, sets no timer at all).
+        if self._reading_head:
+            if self._head_bytes and self._head_timer is None:
+                self._arm_head_timer()
+        elif self._body_timer is None:
+            self._body_timer = self.loop.call_later(HeadLimits.body_timeout_s, self._body_timed_out)
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._disarm_head_timer()
-        self._body_timer = self.loop.call_later(HeadLimits.body_timeout_s, self._body_timed_out)
         scope_extensions = self.scope.setdefault("extensions", {})  # type: ignore[typeddict-item]
         scope_extensions[ABORT_EXTENSION] = self._abort
         super().on_headers_complete()
