@@ -20,10 +20,10 @@ before any authentication. A head larger than ``GATEWAY_MAX_HEAD_BYTES`` is answ
 (or after the connection opened) is answered ``408 INVALID_REQUEST``, and a connection that
 never sent a byte in that time is closed. Either way the connection is closed. A head's bytes
 are counted as they are fed to the parser, request after request, so pipelined requests are
-counted each on its own. A body must arrive within ``GATEWAY_BODY_TIMEOUT_S`` of its head, and
-a request answered before its body arrived has its connection closed rather than the rest
-waited for (a body dripped a byte at a time held a connection for ever: every byte put off
-uvicorn's keep-alive timeout).
+counted each on its own. A body must arrive within ``GATEWAY_BODY_TIMEOUT_S`` of its head, also
+when the request was answered before it (a 413, a 404: uvicorn reads and drops the rest, as
+it should, so that the client reads the answer rather than a reset): a body dripped a byte at
+a time held a connection for ever, every byte putting off uvicorn's keep-alive timeout.
 """
 
 from __future__ import annotations
@@ -226,15 +226,6 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._reading_head = True
         self._head_bytes = 0
         self._disarm_body_timer()
-
-    def on_response_complete(self) -> None:
-        # Answered before its body arrived (a 404, a 401, a 413): the rest of the body is not
-        # waited for, however slowly it comes. (Not while another request waits its turn.)
-        if not self._reading_head and not self.pipeline and not self.transport.is_closing():
-            log.info("request_body_abandoned", client=self.client and self.client[0])
-            self._disarm_body_timer()
-            self.transport.close()
-        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()

@@ -748,8 +748,8 @@ FIELD_DOCS: dict[str, str] = {
     "connection's opening): later is `408 INVALID_REQUEST`, a connection that sent nothing is closed "
     "(`gateway serve` only; a client holding connections open by sending a head slowly is cut).",
     "body_timeout_s": "Seconds a request's body gets to arrive after its head (`gateway serve` only); a body still "
-    "coming then has its connection closed. A request answered before its body arrived (a 401, 404, 413) has its "
-    "connection closed at once instead of reading the rest.",
+    "coming then has its connection closed, also when the request was answered before its body arrived (a 401, "
+    "404 or 413; the rest is read and dropped until then).",
     "rate_limit_tenant_rps": "Requests per second a tenant may make, across all processes (0: no limit). A "
     "request counts once however many tool calls its batch holds (at most `GATEWAY_MAX_BATCH_SIZE`).",
     "rate_limit_tenant_burst": "Requests a tenant may make at once above its rate (0: one second's worth).",
