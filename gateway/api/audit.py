@@ -19,7 +19,7 @@ from gateway.api.dependencies import principal_of
 from gateway.api.errors import is_database_unavailable
 from gateway.api.openapi import error_responses, streamed_text_response
 from gateway.api.stalled_streams import StallLimitedStream
-from gateway.audit.export import FORMATS, ExportSlot, ExportSlots, export_chunks, failure_line
+from gateway.audit.export import FORMATS, ExportSlot, ExportSlots, Slots, export_chunks, failure_line
 from gateway.audit.queries import AuditFilters, page
 from gateway.auth.guards import requires_permission
 from gateway.db.engine import Database
@@ -83,6 +83,20 @@ async def _guarded(chunks: AsyncIterator[bytes], slot: ExportSlot, fmt: str) -> 
         yield failure_line(fmt, code=code.value, message="The export failed before its end.", error_id=error_id)
     finally:
         slot.release()
+
+
+def taken_slot(slots: Slots, tenant_id: str, what: str) -> ExportSlot:
+    """A slot of ``slots`` for the tenant, or ``429 RATE_LIMITED`` with ``Retry-After`` (``what``
+    names the tasks in the message: "audit exports", "chain verifications")."""
+    slot = slots.take(tenant_id)
+    if slot is None:
+        log.info("audit_task_refused", task=what, in_progress=slots.in_use)
+        raise GatewayError(
+            ErrorCode.RATE_LIMITED,
+            f"Too many {what} in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
+            headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
+        )
+    return slot
 
 
 def _held_until_closed(chunks: AsyncIterator[bytes], slot: ExportSlot) -> AsyncIterator[bytes]:
@@ -198,14 +212,7 @@ class AuditController(Controller):
             raise GatewayError(ErrorCode.INVALID_REQUEST, "format must be jsonl or csv.")
         principal = principal_of(request)
         filters = _filters(user, tool, outcome, run, approval, since, until)
-        slot = audit_exports.take(principal.tenant_id)
-        if slot is None:
-            log.info("audit_export_refused", exports_in_progress=audit_exports.in_use)
-            raise GatewayError(
-                ErrorCode.RATE_LIMITED,
-                f"Too many audit exports in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
-                headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
-            )
+        slot = taken_slot(audit_exports, principal.tenant_id, "audit exports")
         chunks = export_chunks(db, tenant_id=principal.tenant_id, filters=filters, fmt=format)
         return export_stream(
             chunks, slot, format, stall_timeout_s=audit_exports.stall_timeout_s,

@@ -11,7 +11,7 @@ import structlog
 from litestar import Request, Response, get
 from litestar.response import Stream
 
-from gateway.api.audit import AUDIT_READ, EXPORT_RETRY_AFTER_S, _before, _cursor, _filters, export_stream
+from gateway.api.audit import AUDIT_READ, _before, _cursor, _filters, export_stream, taken_slot
 from gateway.audit.export import FORMATS, export_chunks
 from gateway.audit.queries import page as audit_page_rows
 from gateway.audit.verify import verify_chain
@@ -81,14 +81,7 @@ async def audit_export(request: Request) -> Stream:
         raise GatewayError(ErrorCode.INVALID_REQUEST, "The export format must be jsonl or csv.")
     filters = parsed(filter_values(request))
     services = services_of(request)
-    slot = services.audit_exports.take(me.principal.tenant_id)
-    if slot is None:
-        log.info("audit_export_refused", exports_in_progress=services.audit_exports.in_use)
-        raise GatewayError(
-            ErrorCode.RATE_LIMITED,
-            f"Too many audit exports in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
-            headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
-        )
+    slot = taken_slot(services.audit_exports, me.principal.tenant_id, "audit exports")
     chunks = export_chunks(services.db, tenant_id=me.principal.tenant_id, filters=filters, fmt=fmt)
     return export_stream(
         chunks, slot, fmt, stall_timeout_s=services.audit_exports.stall_timeout_s,
@@ -102,14 +95,7 @@ async def audit_verify(request: Request) -> Response[str]:
     me = await signed_in(request)
     require(me, AUDIT_READ)
     services = services_of(request)
-    slot = services.audit_verifies.take(me.principal.tenant_id)
-    if slot is None:
-        log.info("audit_verify_refused", verifies_in_progress=services.audit_verifies.in_use)
-        raise GatewayError(
-            ErrorCode.RATE_LIMITED,
-            f"Too many chain verifications in progress; retry after {EXPORT_RETRY_AFTER_S} s.",
-            headers={"Retry-After": str(EXPORT_RETRY_AFTER_S)},
-        )
+    slot = taken_slot(services.audit_verifies, me.principal.tenant_id, "chain verifications")
     try:
         async with services.db.connect() as conn:
             await conn.execution_options(isolation_level="REPEATABLE READ")  # one snapshot: the sealers go on
