@@ -331,30 +331,27 @@ def test_a_request_answered_before_its_body_came_is_closed_at_the_bodys_deadline
         client.sendall(b"POST /small HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000000\r\n\r\nb")
         head, body = read_response(client, bytearray())
         assert head.startswith(b"HTTP/1.1 200") and body == b"hello"
-        for _ in range(20):  # a byte every 0.2 s, as a client holding the connection would
-            try:
-                client.sendall(b"b")
-            except OSError:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the connection was still open after 4 s of a 1 s body deadline")
+        _drip_until_closed(client)
         assert _closed_without_an_answer(client)
 
 
 def test_a_body_that_does_not_arrive_in_time_has_its_connection_closed(server, head_limits):
     with server.connect() as client:
         client.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n")
-        for _ in range(20):  # one byte every 0.2 s: each puts off any idle timeout
-            try:
-                client.sendall(b"b")
-            except OSError:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the connection was still open after 4 s of a 1 s body deadline")
+        _drip_until_closed(client)
         # (The app, reading the body, heard that its client left; nothing was answered.)
         assert _closed_without_an_answer(client)
+
+
+def _drip_until_closed(client: socket.socket) -> None:
+    """A body byte every 0.2 s (each puts off any idle timeout) until the server closes, at most 4 s."""
+    for _ in range(20):
+        try:
+            client.sendall(b"b")
+        except OSError:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the connection was still open after 4 s of a 1 s body deadline")
 
 
 def _closed_without_an_answer(client: socket.socket) -> bool:
