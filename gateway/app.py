@@ -226,7 +226,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                 mcp=McpServer(
                     settings=settings, registry=tools, executor=executor, ledger=ledger, runs=McpRuns(db=db, runs=runs)
                 ),
-                console_oidc=OidcClient(settings, db, identity_http) if settings.oidc.enabled else None,
+                console_oidc=OidcClient(settings, identity_http) if settings.oidc.enabled else None,
                 webhooks=WebhookService(db=db, settings=settings.webhooks),
             )
         )

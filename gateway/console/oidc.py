@@ -1,12 +1,16 @@
 """Console sign-in with an OpenID Connect provider: the authorization-code flow with PKCE.
 
 The provider's endpoints and keys come from its discovery document (its ``issuer`` must be
-the configured one). A sign-in keeps its ``state`` (as a sha256), ``nonce`` and PKCE
-verifier in a row used once, and is bound to the browser that started it by a cookie
-(whose hash is in the row). The ID token goes through the same ``TokenVerifier`` and tenant
-directory as an API token — issuer the provider, audience the client id, keys its JWKS —
-so its ``sub``, ``tenant_id`` and ``roles`` claims give the same ``Principal``; its
-``nonce`` must then be the one this sign-in sent.
+the configured one). A sign-in under way lives only in the browser that started it: its
+``state``, ``nonce``, PKCE verifier and expiry are the value of an ``HttpOnly`` cookie
+scoped to the sign-in's paths, so starting one writes nothing (the start is open to anyone,
+and a row per request would let anyone fill a table). The callback must bring back the
+cookie's ``state``; the cookie is cleared by every answer to it, and the provider redeems a
+code once, so a sign-in completes at most once. Forging one's own cookie gains nothing: its
+values only have to agree with what that same browser sent to the provider. The ID token
+goes through the same ``TokenVerifier`` and tenant directory as an API token — issuer the
+provider, audience the client id, keys its JWKS — so its ``sub``, ``tenant_id`` and
+``roles`` claims give the same ``Principal``; its ``nonce`` must then be the cookie's.
 """
 
 from __future__ import annotations
@@ -19,26 +23,20 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
 import httpx
 import jwt
 import msgspec
-import sqlalchemy as sa
 import structlog
 
 from gateway.auth.jwks import JwksCache
 from gateway.auth.tokens import Claims, InvalidToken, TokenVerifier
-from gateway.db.engine import Database
-from gateway.db.models import ConsoleSignIn
 from gateway.settings import JwtSettings, Settings
 from gateway.tools.http_transport import IDENTITY, EncodedBody, read_capped
 
 log = structlog.get_logger("gateway.console.oidc")
-
-sign_ins = ConsoleSignIn.__table__
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 DISCOVERY_CACHE_S = 300.0
@@ -49,6 +47,11 @@ ASYMMETRIC = ("ES256", "ES384", "PS256", "RS256", "RS384", "RS512")
 
 _PARAM = re.compile(r"^[\x21-\x7e]{1,2048}$")
 """What a ``state`` or ``code`` may look like: printable ASCII, bounded."""
+
+_SECRET = r"[A-Za-z0-9_-]{43}"
+_BROWSER_VALUE = re.compile(rf"^({_SECRET})\.({_SECRET})\.({_SECRET})\.([0-9]{{10,12}})$")
+"""The sign-in cookie: ``state.nonce.verifier.expires`` (three ``b64url`` of 32 random
+bytes, and a Unix time); anything else is no sign-in."""
 
 
 class SignInFailed(Exception):
@@ -74,14 +77,25 @@ class TokenAnswer(msgspec.Struct):
 class Started:
     redirect_to: str
     browser_value: str
+    """The sign-in cookie's value: all this sign-in keeps."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnderWay:
+    state: str
+    nonce: str
+    code_verifier: str
+
+
+def _under_way(browser_value: str | None, now: float) -> UnderWay | None:
+    found = _BROWSER_VALUE.fullmatch(browser_value) if browser_value is not None else None
+    if found is None or int(found[4]) <= now:
+        return None
+    return UnderWay(state=found[1], nonce=found[2], code_verifier=found[3])
 
 
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()
 
 
 def _http_url(value: str) -> bool:
@@ -91,14 +105,13 @@ def _http_url(value: str) -> bool:
 class OidcClient:
     """One per app: the provider's discovery document and keys, cached, and the sign-ins under way."""
 
-    def __init__(self, settings: Settings, db: Database, http: httpx.AsyncClient) -> None:
+    def __init__(self, settings: Settings, http: httpx.AsyncClient) -> None:
         oidc = settings.oidc
         assert oidc.issuer is not None and oidc.client_id
         self._issuer = oidc.issuer.rstrip("/")
         self._client_id = oidc.client_id
         self._client_secret = oidc.client_secret
         self._timeout_s = oidc.timeout_s
-        self._db = db
         self._http = http
         self._settings = settings
         self._discovery: Discovery | None = None
@@ -151,14 +164,8 @@ class OidcClient:
     async def start(self, redirect_uri: str) -> Started:
         """A new sign-in: where to send the browser, and the value of its binding cookie."""
         found = await self.discovery()
-        state, nonce, verifier, browser = (b64url(secrets.token_bytes(32)) for _ in range(4))
-        async with self._db.begin() as conn:
-            now = datetime.now(UTC)
-            await conn.execute(sa.delete(sign_ins).where(sign_ins.c.expires_at <= now))
-            await conn.execute(sa.insert(sign_ins).values(
-                state_hash=_digest(state), nonce=nonce, code_verifier=verifier, browser_hash=_digest(browser),
-                expires_at=now + timedelta(seconds=SIGN_IN_TTL_S),
-            ))
+        state, nonce, verifier = (b64url(secrets.token_bytes(32)) for _ in range(3))
+        expires = int(time.time()) + SIGN_IN_TTL_S
         query = urlencode({
             "response_type": "code",
             "client_id": self._client_id,
@@ -170,23 +177,20 @@ class OidcClient:
             "code_challenge_method": "S256",
         })
         separator = "&" if "?" in found.authorization_endpoint else "?"
-        return Started(redirect_to=f"{found.authorization_endpoint}{separator}{query}", browser_value=browser)
+        return Started(redirect_to=f"{found.authorization_endpoint}{separator}{query}",
+                       browser_value=f"{state}.{nonce}.{verifier}.{expires}")
 
     async def finish(self, *, state: str, code: str, browser_value: str | None, redirect_uri: str) -> Claims:
         """The verified identity of a browser back from the provider; ``SignInFailed`` otherwise.
-        The sign-in row is consumed first, so a ``state`` works once whatever happens next."""
+        ``browser_value`` is the browser's sign-in cookie, which the caller clears whatever
+        comes of this."""
         if not _PARAM.fullmatch(state) or not _PARAM.fullmatch(code):
             raise SignInFailed("malformed_callback")
-        async with self._db.begin() as conn:
-            row = (await conn.execute(
-                sa.delete(sign_ins)
-                .where(sign_ins.c.state_hash == _digest(state), sign_ins.c.expires_at > datetime.now(UTC))
-                .returning(sign_ins)
-            )).first()
+        row = _under_way(browser_value, time.time())
         if row is None:
-            raise SignInFailed("unknown_state")
-        if browser_value is None or not hmac.compare_digest(_digest(browser_value), row.browser_hash):
-            raise SignInFailed("other_browser")
+            raise SignInFailed("no_sign_in_under_way")
+        if not hmac.compare_digest(state.encode(), row.state.encode()):
+            raise SignInFailed("other_state")
         found = await self.discovery()
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
                 "code_verifier": row.code_verifier, "client_id": self._client_id}

@@ -72,7 +72,6 @@ async def start_session(
         # Arriving from the provider's site, a redirect would still be a cross-site navigation
         # and the browser would hold the new SameSite=Strict cookie back: this page moves on
         # from our own origin (a meta refresh, no script), where the cookie is sent.
-        cookies.append(oidc_cookie(request, "", max_age=0))
         return page("signed_in.html", cookies=cookies)
     return redirect(f"{PREFIX}/approvals", cookies=cookies)
 
@@ -108,8 +107,15 @@ async def oidc_start(request: Request) -> Response[Any]:
 
 @get("/oidc/callback", include_in_schema=False)
 async def oidc_callback(request: Request) -> Response[Any]:
-    """Back from the provider: the code is exchanged, the ID token verified like an API token."""
+    """Back from the provider: the code is exchanged, the ID token verified like an API token.
+    Every answer clears the sign-in's cookie, so a sign-in is tried once."""
     client = oidc_client(request)
+    response = await _finish_oidc(request, client)
+    response.set_cookie(oidc_cookie(request, "", max_age=0))
+    return response
+
+
+async def _finish_oidc(request: Request[Any, Any, Any], client: Any) -> Response[Any]:
     params = request.query_params
     if params.get("error"):
         log.info("console_sign_in_refused", reason="provider_error")

@@ -392,19 +392,6 @@ class ConsoleSession(Base):
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
-class ConsoleSignIn(Base):
-    """An OpenID Connect sign-in under way: the ``state`` sent to the provider (its sha256),
-    with the nonce and PKCE verifier checked when the browser comes back. Used once."""
-
-    __tablename__ = "console_sign_ins"
-
-    state_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
-    nonce: Mapped[str] = mapped_column(sa.String(64))
-    code_verifier: Mapped[str] = mapped_column(sa.String(128))
-    browser_hash: Mapped[str] = mapped_column(sa.String(64))
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
 class WebhookSubscription(Base):
     """A tenant's webhook: where its events go (``gateway.webhooks``). The secret signs each
     delivery, so it is kept as given out (shown once, never returned or logged again)."""

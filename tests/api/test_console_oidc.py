@@ -1,12 +1,16 @@
 """Console sign-in with an OpenID Connect provider (a real one on a loopback port): the
 code flow with PKCE, its state used once and bound to the browser, the nonce checked, and
-the ID token's identity taken through the same verifier and directory as API tokens."""
+the ID token's identity taken through the same verifier and directory as API tokens. A
+sign-in under way lives in its browser's cookie: starting one, open to anyone, writes
+nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
+import asyncpg
 import httpx
 import pytest
 
@@ -42,6 +46,12 @@ async def to_provider_and_back(client) -> tuple[str, dict[str, str]]:
     assert back.status_code == 302
     callback = urlsplit(back.headers["location"])
     return callback.path, {key: values[0] for key, values in parse_qs(callback.query).items()}
+
+
+def only_cookie(client, sign_in: str) -> None:
+    """The browser holds this sign-in cookie and nothing else."""
+    client.cookies.clear()
+    client.cookies.set("gateway_console_oidc", sign_in)
 
 
 async def test_the_sign_in_page_offers_the_provider_and_no_token_form(pg_client):
@@ -96,6 +106,78 @@ async def test_a_callback_in_another_browser_is_refused(pg_client):
     pg_client.cookies.clear()
     response = await pg_client.get(path, params=query)
     assert response.status_code == 401 and "could not be completed" in response.text
+
+
+async def test_a_callback_replayed_with_its_saved_cookie_is_refused(pg_client):
+    """A browser keeping a copy of the sign-in's cookie (or anyone who took it with the
+    callback's URL) cannot sign in twice: the provider redeems a code once."""
+    path, query = await to_provider_and_back(pg_client)
+    saved = pg_client.cookies.get("gateway_console_oidc")
+    assert (await pg_client.get(path, params=query)).status_code == 200
+    only_cookie(pg_client, saved)
+    again = await pg_client.get(path, params=query)
+    assert again.status_code == 401 and "could not be completed" in again.text
+    assert (await pg_client.get("/console/approvals")).status_code == 303
+
+
+async def test_a_refused_callback_clears_the_sign_in_cookie(pg_client):
+    path, query = await to_provider_and_back(pg_client)
+    refused = await pg_client.get(path, params={**query, "state": "another-state"})
+    assert refused.status_code == 401
+    assert 'gateway_console_oidc=""' in refused.headers.get("set-cookie", "")
+    assert (await pg_client.get(path, params=query)).status_code == 401
+
+
+async def test_a_cookie_of_another_sign_in_is_refused(pg_client):
+    """Two sign-ins in two browsers: each callback needs its own browser's cookie."""
+    first_path, first_query = await to_provider_and_back(pg_client)
+    first_cookie = pg_client.cookies.get("gateway_console_oidc")
+    pg_client.cookies.clear()
+    _, second_query = await to_provider_and_back(pg_client)
+    only_cookie(pg_client, first_cookie)
+    response = await pg_client.get(first_path, params=second_query)
+    assert response.status_code == 401
+    assert (await pg_client.get("/console/approvals")).status_code == 303
+
+
+async def test_an_expired_sign_in_is_refused(pg_client):
+    path, query = await to_provider_and_back(pg_client)
+    state, nonce, verifier, expires = pg_client.cookies.get("gateway_console_oidc").split(".")
+    assert int(expires) > time.time() + 500
+    only_cookie(pg_client, f"{state}.{nonce}.{verifier}.{int(time.time()) - 1}")
+    response = await pg_client.get(path, params=query)
+    assert response.status_code == 401 and "could not be completed" in response.text
+
+
+@pytest.mark.parametrize("cookie", ["", "x", "a.b.c.d", "A" * 43 + "." + "B" * 43 + "." + "C" * 43 + ".9" * 40,
+                                    "A" * 43 + "\x00." + "B" * 43 + "." + "C" * 43 + ".9999999999", "." * 4000])
+async def test_hostile_sign_in_cookies_are_refused_without_a_500(pg_client, cookie):
+    path, query = await to_provider_and_back(pg_client)
+    only_cookie(pg_client, cookie)
+    response = await pg_client.get(path, params=query)
+    assert response.status_code in (400, 401)
+
+
+async def _rows_of_every_table(url: str) -> dict[str, int]:
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        rows = await conn.fetch(
+            "SELECT c.relname AS name, (xpath('/row/n/text()', query_to_xml("
+            "format('SELECT count(*) AS n FROM %I.%I', n.nspname, c.relname), false, true, '')))[1]::text::bigint AS n"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
+        )
+    finally:
+        await conn.close()
+    return {row["name"]: row["n"] for row in rows}
+
+
+async def test_starting_sign_ins_writes_nothing(pg_client, seeded_pg_url):
+    """The start is open to anyone: a row per request would let anyone grow a table."""
+    before = await _rows_of_every_table(seeded_pg_url)
+    for _ in range(50):
+        assert (await pg_client.get("/console/oidc/start")).status_code == 303
+    assert await _rows_of_every_table(seeded_pg_url) == before
 
 
 async def test_an_id_token_with_another_nonce_is_refused(pg_client, provider):
