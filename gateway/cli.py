@@ -371,7 +371,7 @@ def cmd_tenants(args: argparse.Namespace) -> int:
         elif args.tenants_command == "list":
             out = _operate(settings, operator.list_all)
         elif args.tenants_command == "configure":
-            out = _operate(settings, _configure_action(args))
+            out = _operate(settings, _configure_action(settings, args))
         elif args.tenants_command == "approval-mode":
             out = _operate(settings, _approval_mode_action(settings, args))
         else:
@@ -400,14 +400,25 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_action(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """``tenants configure``'s options as an operator action (refused when they change nothing)."""
+def _configure_action(settings: Settings, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """``tenants configure``'s options as an operator action (refused when they change nothing,
+    or pin a provider this command's settings do not configure: a typo would otherwise fail
+    every one of the tenant's conversations with MODEL_NOT_CONFIGURED)."""
     from gateway.admin import operator
+    from gateway.llm.demo_model import DEMO_MODEL, offers_demo_model
 
     if args.llm_provider is None and not args.no_llm_provider and args.client_tools is None:
         raise operator.OperatorError("say what to change: --llm-provider NAME, --no-llm-provider or --client-tools")
     provider: object = operator.UNCHANGED
     if args.llm_provider is not None:
+        configured = [found.name for found in settings.llm.model_providers()]
+        if offers_demo_model(settings):
+            configured.append(DEMO_MODEL)
+        if operator.PROVIDER_NAME.fullmatch(args.llm_provider) and args.llm_provider not in configured:
+            raise operator.OperatorError(
+                f"no model provider {args.llm_provider!r} is configured (configured: {', '.join(configured) or 'none'});"
+                " this command reads GATEWAY_LLM_* and GATEWAY_LLM_PROVIDERS as the gateway does"
+            )
         provider = args.llm_provider
     elif args.no_llm_provider:
         provider = None

@@ -223,6 +223,9 @@ async def test_operator_cli_manages_tenants_and_a_disabled_tenants_tokens_are_re
         await db.dispose()
 
 
+EU_VLLM = '[{"name": "eu-vllm", "base_url": "http://127.0.0.1:9/v1", "model": "m"}]'
+
+
 async def test_operator_cli_configures_a_tenants_agent_loop_and_running_processes_honour_it(pg_url):
     await seeded(pg_url)
     chat = {"model": "default", "messages": [{"role": "user", "content": "hi"}],
@@ -236,8 +239,13 @@ async def test_operator_cli_configures_a_tenants_agent_loop_and_running_processe
                 return response.json()["error"]["code"]
 
             assert await code() == "CLIENT_TOOLS_NOT_ALLOWED"
+            # The command checks the name against its own settings; this gateway has no eu-vllm.
+            typo = run_cli(pg_url, "tenants", "configure", "acme", "--llm-provider", "eu-vlm",
+                           llm_providers=EU_VLLM)
+            assert typo.returncode == 1 and "no model provider 'eu-vlm' is configured (configured: eu-vllm)" in (
+                typo.stderr)
             allowed = run_cli(pg_url, "tenants", "configure", "acme", "--client-tools", "allow",
-                              "--llm-provider", "eu-vllm")
+                              "--llm-provider", "eu-vllm", llm_providers=EU_VLLM)
             assert allowed.returncode == 0, allowed.stderr
             assert "model provider eu-vllm; client tools allowed" in allowed.stdout
             # Past the client-tools check, the pinned provider is not configured on this gateway.
