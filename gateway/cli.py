@@ -208,6 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Kept so that a script written for per-tenant retention is told why it no longer works.
     prune.add_argument("--tenant", help=argparse.SUPPRESS)
     audit.set_defaults(handler=cmd_audit)
+    runs = commands.add_parser("runs", help="runs' retention (operator)")
+    runs_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    runs_prune = runs_commands.add_parser(
+        "prune", help="delete the runs that expired more than AGE ago, with their calls, messages and approvals"
+    )
+    runs_prune.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 2w")
+    runs.set_defaults(handler=cmd_runs)
     from gateway.webhooks.operator import add_parser as add_webhooks_parser
 
     add_webhooks_parser(commands).set_defaults(handler=cmd_webhooks)
@@ -474,6 +481,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except operator.OperatorError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from gateway.admin import operator
+    from gateway.audit.prune import parse_age
+
+    try:
+        age = parse_age(args.older_than)
+    except ValueError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    print(_operate(Settings.from_env(), lambda db: operator.prune_runs(db, age)))
     return 0
 
 

@@ -9,6 +9,7 @@
     gateway audit verify --tenant T [--anchor FILE]
     gateway audit anchor --tenant T [--out FILE]
     gateway audit prune --older-than 90d
+    gateway runs prune --older-than 30d
 
 Changes to a tenant are audited in its own chain (user ``operator:cli``). A disabled
 tenant's tokens get ``403 TENANT_DISABLED``, and a tenant's agent-loop settings apply, on
@@ -197,6 +198,15 @@ async def anchor(
         now=datetime.now(UTC),
     )
     return token, report
+
+
+async def prune_runs(db: Database, age: timedelta) -> str:
+    from gateway.admin.run_retention import prune_expired_runs
+
+    removed = await prune_expired_runs(db, older_than=age)
+    lines = [f"tenant {tenant}: removed {runs} run(s) and {calls} tool call(s)"
+             for tenant, (runs, calls) in sorted(removed.items())]
+    return "\n".join(lines) or "nothing to prune: no run expired that long ago"
 
 
 async def prune_older_than(db: Database, age: timedelta) -> str:

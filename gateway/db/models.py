@@ -89,6 +89,7 @@ class Run(Base):
     __table_args__ = (
         sa.PrimaryKeyConstraint("tenant_id", "id", name="pk_runs"),
         sa.Index(None, "tenant_id", "user_id", "created_at"),
+        sa.Index(None, "expires_at"),  # retention (gateway.admin.run_retention), across tenants
     )
 
     id: Mapped[str] = mapped_column(sa.String(40))
