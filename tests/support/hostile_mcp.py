@@ -5,7 +5,10 @@ Ordinarily it answers like any server: ``echo`` returns its text, ``wait`` answe
 milliseconds. With ``mode = "forget_then_hang"`` it answers a ``tools/call`` with 404 (it forgot
 the session), an ``initialize`` with the head of an event stream and a session id and then only
 SSE comments, forever, and the DELETE that ends a session one byte every ``drip_s`` seconds: no
-HTTP client's read timeout ever fires against it."""
+HTTP client's read timeout ever fires against it. With ``mode = "retry_zero"`` it answers a
+``tools/call``, and every ``GET``, with an event stream holding only an event id and ``retry: 0``,
+then ends it: a client that reconnects as told does so at once, for ever. With ``mode =
+"slow_echo"``, ``echo`` answers after a minute."""
 
 from __future__ import annotations
 
@@ -45,6 +48,13 @@ def _json_response_text(text: str, *, session_id: str | None = None) -> bytes:
     if session_id is not None:
         head += b"\r\nmcp-session-id: " + session_id.encode()
     return head + b"\r\n\r\n" + body
+
+
+def _retry_zero() -> bytes:
+    """An event stream with an event id and ``retry: 0``, and nothing else: it ends at once."""
+    body = b"id: 1\nretry: 0\n\n"
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\n\r\n" + body)
 
 
 def _empty(status: bytes) -> bytes:
@@ -107,6 +117,9 @@ class HostileMcp:
                         authorization = line.split(b":", 1)[1].strip().decode()
                 body = await reader.readexactly(length) if length else b""
                 message = json.loads(body) if body else {}
+                if method == b"GET":
+                    resuming = any(line.lower().startswith(b"last-event-id:") for line in lines[1:])
+                    self.seen.append("GET resume" if resuming else "GET")
                 if "id" in message:
                     self.authorizations.append((str(message.get("method")), authorization))
                 await self._answer(method, message, writer)
@@ -129,6 +142,8 @@ class HostileMcp:
                     await writer.drain()
                     await asyncio.sleep(self.drip_s)
             writer.write(_empty(b"200 OK"))
+        elif method == b"GET" and self.mode == "retry_zero":
+            writer.write(_retry_zero())
         elif method != b"POST":
             writer.write(_empty(b"405 Method Not Allowed"))
         elif "id" not in message:
@@ -160,6 +175,10 @@ class HostileMcp:
         if rpc == "tools/call":
             if hostile:
                 return _empty(b"404 Not Found")
+            if self.mode == "retry_zero":
+                return _retry_zero()
+            if self.mode == "slow_echo" and params.get("name") == "echo":
+                await asyncio.sleep(60)
             if self.mode == "drip_calls":
                 # An event stream that never answers: a comment every 0.2 s, until the client goes.
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

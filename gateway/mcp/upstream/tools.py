@@ -187,13 +187,18 @@ class McpToolHandler:
         if scope.oversized:
             return self._failed("mcp_call_refused_answer", "The MCP server answered with more than this tool accepts.",
                                 started, retryable=False, problem="too_large")
-        if exc.code == types.REQUEST_TIMEOUT:
+        if exc.code == types.REQUEST_TIMEOUT or scope.timed_out:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             return ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.")
-        if exc.code == _CONNECTION_CLOSED or exc.message in _SESSION_LOST:
+        if exc.message in _SESSION_LOST:
             self._upstream.drop()
             return self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                 mcp_code=exc.code)
+        if scope.broken or exc.code == _CONNECTION_CLOSED:
+            # This call's request or event stream failed on its way (the session's own end, above,
+            # is "Connection closed"): the session, which other calls share, stays.
+            return self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
+                                mcp_code=exc.code, mcp_message=clean_text(exc.message, 200))
         # The upstream's own words go to the log (cut), never to the model.
         return self._failed("mcp_call_failed", "The MCP server failed to handle the request.", started,
                             mcp_code=exc.code, mcp_message=clean_text(exc.message, 200))
