@@ -92,6 +92,15 @@ request = { method = "GET", path = "/status/{code}" }
 arguments = { type = "object", required = ["code"], properties = { code = { type = "integer" } } }
 
 [[tools]]
+name = "check_card"
+description = "Checks a card number (the service quotes it back when it refuses it)."
+service = "orders"
+permission = "orders:read"
+sensitive_fields = ["card_number"]
+request = { method = "GET", path = "/check-card", query = ["card_number", "code"] }
+arguments = { type = "object", required = ["card_number"], properties = { card_number = { type = "string" }, code = { type = "integer" } } }
+
+[[tools]]
 name = "slow"
 description = "Answers after a while."
 service = "orders"

@@ -10,9 +10,11 @@ import httpx
 import jwt
 import msgspec
 import pytest
+import structlog
 
 from gateway.auth.principal import Principal
 from gateway.auth.service_tokens import load_service_signer
+from gateway.errors import ToolError
 from gateway.execution.approvals import idempotency_key_for
 from gateway.tools.base import ToolContext
 from gateway.tools.config import load_http_tools
@@ -20,6 +22,7 @@ from gateway.tools.http import ServiceCalls
 from gateway.tools.http_transport import service_transport
 from tests.integration.http_env import Caller, HttpEnv, http_env
 from tests.support.calls import set_policy
+from tests.support.logs import CapturedLogs
 from tests.support.tokens import auth_for
 
 LEAKS = ("hunter2", "10.0.0.7", "Traceback", "internal")
@@ -371,3 +374,45 @@ async def test_retried_execution_of_an_approved_call_applies_once(env: HttpEnv, 
         again = await tool.handler(ctx, tool.arguments.decode(arguments).value)
     assert env.service.applied_changes == changes
     assert msgspec.json.decode(again) == decided["outcome"]["result"]
+
+
+CARD = "4111111111111111"
+
+
+async def test_a_sensitive_value_the_service_quotes_back_reaches_neither_the_model_nor_the_audit(
+    env: HttpEnv, gw: Caller
+):
+    """Services quote the input they refuse (a 422 naming the bad value): the declared error
+    field carried a sensitive argument to the model, and the audit, as it was sent."""
+    result = await gw.call("check_card", {"card_number": CARD})
+    assert result["error"]["code"] == "INVALID_ARGUMENTS"
+    assert result["error"]["message"] == "Card [REDACTED] was refused."
+    assert CARD not in result["_raw"]
+    audit = await gw.client.get("/v1/admin/audit", params={"run": result["_run"]}, headers=auth_for("carol"))
+    assert audit.status_code == 200 and audit.json()["items"]
+    assert CARD not in audit.text
+
+
+@pytest.mark.parametrize(("status", "event"), [(422, "service_call_refused"), (500, "service_call_failed")])
+async def test_a_sensitive_value_the_service_quotes_back_is_not_in_the_logged_excerpt(
+    env: HttpEnv, status: int, event: str
+):
+    calls = ServiceCalls(load_service_signer(env.settings))
+    tool = {t.name: t for t in load_http_tools(env.settings, calls)}["check_card"]
+    alice = Principal(tenant_id="acme", user_id="alice", roles=frozenset({"member"}), permissions=frozenset())
+    ctx = ToolContext(principal=alice, run_id="run_x", tool_call_id="call_x", request_id=None,
+                      db=None)  # type: ignore[arg-type]  # an HTTP tool never touches the gateway's database
+    saved = structlog.get_config()
+    logs = CapturedLogs()
+    logs.install()
+    try:
+        transport = service_transport(limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
+        async with httpx.AsyncClient(transport=transport, timeout=10) as client:
+            calls.attach(client, transport)
+            with pytest.raises(ToolError):
+                await tool.handler(ctx, tool.arguments.decode(
+                    msgspec.json.encode({"card_number": CARD, "code": status})).value)
+    finally:
+        structlog.configure(**saved)
+    (logged,) = logs.named(event)
+    assert "[REDACTED]" in logged["response_excerpt"] and CARD not in logs.text

@@ -228,6 +228,17 @@ async def any_status(request: Request, code: FromPath[int]) -> Response[dict[str
     )
 
 
+@get("/api/check-card")
+async def check_card(request: Request, card_number: FromQuery[str], code: FromQuery[int] = 422) -> Response[dict[str, Any]]:
+    """Refuses any card, quoting the input back, as validation frameworks do."""
+    await caller(request)
+    return Response(
+        {"detail": f"Card {card_number} was refused.",
+         "errors": [{"loc": ["query", "card_number"], "input": card_number}]},
+        status_code=code,
+    )
+
+
 @get("/api/slow")
 async def slow(request: Request, ms: FromQuery[int] = 0) -> dict[str, int]:
     await caller(request)
@@ -297,7 +308,8 @@ def create_business_service(
         audience=audience, issuer=issuer, keys=GatewayKeys(jwks_url), record=record, echo_work_s=echo_work_ms / 1000
     )
     app = Litestar(
-        route_handlers=[whoami, get_order, create_order, cancel_order, any_status, slow, big, endless, echo, redirect],
+        route_handlers=[whoami, get_order, create_order, cancel_order, any_status, check_card, slow, big, endless, echo,
+                        redirect],
         exception_handlers={Unauthorized: unauthorized},  # type: ignore[dict-item]
         state=State({"service": service}),
         logging_config=None,
