@@ -40,6 +40,7 @@ log = structlog.get_logger("gateway.console.oidc")
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 DISCOVERY_CACHE_S = 300.0
+DISCOVERY_RETRY_S = 5.0
 MAX_DOCUMENT_BYTES = 256 * 1024
 SIGN_IN_TTL_S = 600
 ASYMMETRIC = ("ES256", "ES384", "PS256", "RS256", "RS384", "RS512")
@@ -102,6 +103,10 @@ def _http_url(value: str) -> bool:
     return value.startswith(("https://", "http://"))
 
 
+def _https_url(value: str) -> bool:
+    return value.startswith("https://")
+
+
 class OidcClient:
     """One per app: the provider's discovery document and keys, cached, and the sign-ins under way."""
 
@@ -116,6 +121,7 @@ class OidcClient:
         self._settings = settings
         self._discovery: Discovery | None = None
         self._fetched_at = 0.0
+        self._failed_until = 0.0
         self._verifier: TokenVerifier | None = None
         self._lock = asyncio.Lock()
 
@@ -133,33 +139,55 @@ class OidcClient:
         return body
 
     async def discovery(self) -> Discovery:
+        """The provider's discovery document, cached. A failed fetch is remembered for
+        ``DISCOVERY_RETRY_S``: sign-ins, which anyone may start, then fail at once (or go on
+        with the document last fetched) instead of each waiting its turn for the provider."""
         async with self._lock:
-            if self._discovery is not None and time.monotonic() - self._fetched_at < DISCOVERY_CACHE_S:
+            now = time.monotonic()
+            if self._discovery is not None and now - self._fetched_at < DISCOVERY_CACHE_S:
                 return self._discovery
+            if now < self._failed_until:
+                if self._discovery is not None:
+                    return self._discovery
+                raise SignInFailed("discovery_failed")
             try:
-                body = await self._document(self._issuer + DISCOVERY_PATH)
-                found = msgspec.json.decode(body, type=Discovery)
-            except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError, RecursionError) as exc:
-                log.warning("oidc_discovery_failed", error_type=type(exc).__name__)
-                raise SignInFailed("discovery_failed") from None
-            if found.issuer.rstrip("/") != self._issuer or not all(
-                _http_url(url) for url in (found.authorization_endpoint, found.token_endpoint, found.jwks_uri)
-            ):
-                raise SignInFailed("discovery_mismatch")
-            if self._discovery is None or found.jwks_uri != self._discovery.jwks_uri:
-                jwks = JwksCache(found.jwks_uri, self._http, cache_s=self._settings.jwks.cache_s,
-                                 timeout_s=self._timeout_s)
-                self._verifier = TokenVerifier(
-                    msgspec.structs.replace(
-                        self._settings,
-                        jwt=JwtSettings(secret=None, algorithms=ASYMMETRIC, issuer=found.issuer,
-                                        audience=self._client_id, leeway_s=self._settings.jwt.leeway_s,
-                                        max_lifetime_s=self._settings.jwt.max_lifetime_s),
-                    ),
-                    jwks,
-                )
-            self._discovery, self._fetched_at = found, time.monotonic()
-            return found
+                return await self._fetch_discovery()
+            except SignInFailed:
+                self._failed_until = time.monotonic() + DISCOVERY_RETRY_S
+                if self._discovery is not None:
+                    log.warning("oidc_discovery_stale", retry_in_s=DISCOVERY_RETRY_S)
+                    return self._discovery
+                raise
+
+    async def _fetch_discovery(self) -> Discovery:
+        try:
+            body = await self._document(self._issuer + DISCOVERY_PATH)
+            found = msgspec.json.decode(body, type=Discovery)
+        except (httpx.HTTPError, EncodedBody, TimeoutError, msgspec.DecodeError, RecursionError) as exc:
+            log.warning("oidc_discovery_failed", error_type=type(exc).__name__)
+            raise SignInFailed("discovery_failed") from None
+        # An issuer on https keeps its endpoints on https: the token endpoint gets the client
+        # secret, and the key set decides whose ID tokens are believed.
+        scheme_ok = _https_url if self._issuer.startswith("https://") else _http_url
+        if found.issuer.rstrip("/") != self._issuer or not all(
+            scheme_ok(url) for url in (found.authorization_endpoint, found.token_endpoint, found.jwks_uri)
+        ):
+            log.warning("oidc_discovery_failed", problem="mismatch")
+            raise SignInFailed("discovery_mismatch")
+        if self._discovery is None or found.jwks_uri != self._discovery.jwks_uri:
+            jwks = JwksCache(found.jwks_uri, self._http, cache_s=self._settings.jwks.cache_s,
+                             timeout_s=self._timeout_s)
+            self._verifier = TokenVerifier(
+                msgspec.structs.replace(
+                    self._settings,
+                    jwt=JwtSettings(secret=None, algorithms=ASYMMETRIC, issuer=found.issuer,
+                                    audience=self._client_id, leeway_s=self._settings.jwt.leeway_s,
+                                    max_lifetime_s=self._settings.jwt.max_lifetime_s),
+                ),
+                jwks,
+            )
+        self._discovery, self._fetched_at = found, time.monotonic()
+        return found
 
     async def start(self, redirect_uri: str) -> Started:
         """A new sign-in: where to send the browser, and the value of its binding cookie."""

@@ -6,6 +6,8 @@ nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from tests.support.oidc_provider import CLIENT_ID, OidcProvider
+from tests.support.tls import client_context
 from tests.support.tokens import make_token
 
 
@@ -253,3 +256,54 @@ async def test_without_a_provider_the_oidc_routes_are_not_found(seeded_pg_url):
 
     async with AsyncTestClient(app=create_app(make_settings(seeded_pg_url))) as client:
         assert (await client.get("/console/oidc/start", follow_redirects=False)).status_code == 404
+
+
+def _client_for(issuer: str, http: httpx.AsyncClient, *, timeout_s: float = 5.0):
+    from gateway.console.oidc import OidcClient
+    from gateway.settings import Settings
+
+    settings = Settings.from_flat(database_url="postgresql+asyncpg://unused/x", oidc_issuer=issuer,
+                                  oidc_client_id=CLIENT_ID, oidc_timeout_s=timeout_s)
+    return OidcClient(settings, http)
+
+
+@pytest.mark.parametrize("endpoint", ["token_endpoint", "jwks_uri", "authorization_endpoint"])
+async def test_a_provider_on_https_may_not_send_its_endpoints_to_plain_http(endpoint):
+    """The token endpoint gets the client secret and the key set decides whose ID tokens are
+    believed: a discovery document may not move either off TLS."""
+    from gateway.console.oidc import SignInFailed
+
+    with OidcProvider(tls=True) as secure:
+        async with httpx.AsyncClient(verify=client_context()) as http:
+            assert (await _client_for(secure.issuer, http).discovery()).token_endpoint.startswith("https://")
+            document = {**secure.discovery(), endpoint: f"http://127.0.0.1:9/{endpoint}"}
+            secure.raw_answers["/.well-known/openid-configuration"] = json.dumps(document).encode()
+            with pytest.raises(SignInFailed) as refused:
+                await _client_for(secure.issuer, http).start("https://gw/console/oidc/callback")
+    assert refused.value.reason == "discovery_mismatch"
+
+
+async def test_a_failing_provider_is_asked_once_while_sign_ins_pile_up():
+    """Sign-ins are open to anyone: with the provider not answering, each one waited its
+    turn for the discovery document (eight starts failed after 1, 2, ... 8 s, eight fetches)."""
+    from gateway.console.oidc import SignInFailed
+
+    connections = 0
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    issuer = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with httpx.AsyncClient() as http:
+            client = _client_for(issuer, http, timeout_s=1.0)
+            started = time.monotonic()
+            outcomes = await asyncio.gather(*(client.start(f"{issuer}/cb") for _ in range(8)), return_exceptions=True)
+            elapsed = time.monotonic() - started
+    finally:
+        server.close()
+    assert all(isinstance(outcome, SignInFailed) for outcome in outcomes)
+    assert connections == 1 and elapsed < 4, (connections, elapsed)

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 
 from tests.support.keys import ec_key, public_jwk
+from tests.support.tls import server_context
 
 CLIENT_ID = "gateway-console"
 CLIENT_SECRET = "console-client-secret-0123456789"
@@ -25,7 +26,9 @@ KID = "oidc-ec-1"
 
 
 class OidcProvider:
-    def __init__(self, *, user: str = "carol", tenant: str = "acme", roles: list[str] | None = None) -> None:
+    def __init__(
+        self, *, user: str = "carol", tenant: str = "acme", roles: list[str] | None = None, tls: bool = False
+    ) -> None:
         self.user = user
         self.tenant = tenant
         self.roles = roles if roles is not None else ["admin"]
@@ -90,12 +93,16 @@ class OidcProvider:
                 return None
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._scheme = "http"
+        if tls:  # the certificate of tests.support.tls: a client trusts it with tls.client_context()
+            self._httpd.socket = server_context().wrap_socket(self._httpd.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def issuer(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self._scheme}://{host}:{port}"
 
     def discovery(self) -> dict[str, Any]:
         return {
