@@ -63,6 +63,7 @@ from gateway.observability.metrics import Metrics
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.settings import Settings, SettingsError
+from gateway.tenant_turns import TenantTurns
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.config import load_http_tools, load_mcp_servers
 from gateway.tools.http import ServiceCalls
@@ -116,7 +117,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     slot, the only entry of ``app.state``. Handlers get their service from the providers
     registered below, middleware from the slot it is constructed with."""
     signer = load_service_signer(settings)
-    service_calls = ServiceCalls(signer)
+    service_calls = ServiceCalls(signer, turns=TenantTurns(settings.tools.max_remote_calls_per_tenant))
     if registry is None:
         registry = ToolRegistry(builtin_tools())
         http_tools = load_http_tools(settings, service_calls, reserved_names=(tool.name for tool in registry))
@@ -158,7 +159,8 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         directory = TenantDirectory(db, ttl_s=settings.policy_cache_s)
         # MCP servers behind the guard: listed once here (bounded; one that is down only
         # leaves its tools out), then refreshed in the background.
-        federation = Federation(mcp_servers, registry=tools, signer=signer, settings=settings) if signer else None
+        federation = (Federation(mcp_servers, registry=tools, signer=signer, settings=settings,
+                                 turns=service_calls.turns) if signer else None)
         if federation:
             await federation.start()
         stale_after = interrupted_after(settings, tools)

@@ -202,6 +202,7 @@ class ToolSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True)
 
     timeout_s: Positive = 10.0
     max_result_bytes: AtLeast1 = 16_384
+    max_remote_calls_per_tenant: AtLeast1 = 25
     file: str | None = None
 
 
@@ -698,6 +699,9 @@ FIELD_DOCS: dict[str, str] = {
     "llm_history_share": "Share of the context window the prompt may fill before the oldest exchanges are dropped.",
     "tool_timeout_s": "Default per-call timeout of a tool that declares none.",
     "tool_max_result_bytes": "Default result size limit of a tool that declares none.",
+    "tool_max_remote_calls_per_tenant": "Calls of HTTP and MCP tools (to business services and MCP servers) one "
+    "tenant has in flight at once in one process; its further calls wait their turn within their own timeout while "
+    "other tenants' go on, so one tenant's calls to a slow service never hold a whole connection pool.",
     "max_body_bytes": "Largest request body accepted (413 `PAYLOAD_TOO_LARGE` above).",
     "max_head_bytes": "Largest request line and headers accepted together (`431 HEADERS_TOO_LARGE` above, the "
     "connection closed): `gateway serve` only, checked as the bytes arrive.",

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from gateway.agent.turns import TenantTurns
+from gateway.tenant_turns import TenantTurns
 from gateway.agent.history import (
     PromptBudget,
     close_open_calls,

@@ -35,7 +35,7 @@ from gateway.errors import ErrorCode, GatewayError, new_error_id
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import ToolCallRequest
 from gateway.execution.results import read_content
-from gateway.agent.turns import TenantTurns
+from gateway.tenant_turns import TenantTurns
 from gateway.execution.runs import RequestedLimits, RunService
 from gateway.llm.base import ChatModel, Message, SamplingOptions, Usage
 from gateway.llm.providers import ModelProviders

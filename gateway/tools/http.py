@@ -45,6 +45,7 @@ import structlog
 from gateway.auth.service_tokens import ServiceTokenSigner
 from gateway.errors import ERRORS, ErrorCode, ToolError, new_error_id
 from gateway.observability.timing import elapsed_ms
+from gateway.tenant_turns import TenantTurns
 from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 from gateway.tools.base import REDACTED, ArgumentsInvalid, PartialResult, Tool, ToolContext, sha256_hex
 from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
@@ -63,6 +64,8 @@ log = structlog.get_logger("gateway.tools.http")
 ERROR_BODY_LIMIT = 4096
 """Most bytes of an error response read (to find the safe field and to log an excerpt)."""
 LOG_EXCERPT_CHARS = 512
+DEFAULT_REMOTE_CALLS_PER_TENANT = 25
+"""``GATEWAY_TOOL_MAX_REMOTE_CALLS_PER_TENANT``'s default, for a ``ServiceCalls`` made without settings."""
 
 _STATUS_CODES: dict[int, ErrorCode] = {
     400: ErrorCode.INVALID_ARGUMENTS,
@@ -92,8 +95,10 @@ class ServiceCalls:
     response objects) are things a service call must not have or does without, and on this
     path they were a quarter of the gateway's CPU per HTTP tool call."""
 
-    def __init__(self, signer: ServiceTokenSigner | None) -> None:
+    def __init__(self, signer: ServiceTokenSigner | None, *, turns: TenantTurns | None = None) -> None:
         self.signer = signer
+        self.turns = turns if turns is not None else TenantTurns(DEFAULT_REMOTE_CALLS_PER_TENANT)
+        """Shared with the MCP tools: one tenant's remote calls in flight at once (see ``TenantTurns``)."""
         self._client: httpx.AsyncClient | None = None
         self._pool: ServicePool | None = None
 
@@ -214,7 +219,8 @@ class HttpToolHandler:
         )
         started = time.perf_counter()
         try:
-            answer = await self._calls.pool.exchange(call)
+            async with self._calls.turns.turn(ctx.principal.tenant_id):
+                answer = await self._calls.pool.exchange(call)
         except httpcore.TimeoutException as exc:
             log.warning("service_call_timed_out", **self._log_fields, error_type=type(exc).__name__,
                         duration_ms=elapsed_ms(started))

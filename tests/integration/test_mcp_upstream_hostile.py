@@ -22,7 +22,7 @@ import structlog
 from gateway.app import create_app
 from gateway.mcp.upstream.config import parse_mcp_servers
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession
-from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, upstream_client
+from gateway.mcp.upstream.transport import CURRENT_CALL, MAX_REOPENS_PER_CALL, CallScope, upstream_client
 from tests.conftest import _admin
 from tests.integration.http_env import Caller, seed_with_grants
 from tests.support.app import make_settings
@@ -70,6 +70,10 @@ permission = "notes:read"
 """
 
 LIST_TIMEOUT_S = 2.0
+POOL = 3
+"""Connections of each MCP server's pool."""
+TURNS = 2
+"""Calls of remote tools one tenant has in flight at once."""
 GRANTS = {role: frozenset({"notes:read"}) for role in ("member", "editor", "admin")}
 
 
@@ -154,6 +158,17 @@ async def test_a_call_reads_its_answer_for_as_long_as_its_own_timeout_not_the_cl
     assert result.content[0].text == "waited"
 
 
+async def test_a_session_opens_no_event_stream_of_its_own_so_retry_zero_cannot_loop_it(hostile: HostileMcp):
+    """A review's reproduction: the SDK keeps an event stream open for messages the server
+    sends on its own, and reconnects each time the server ends it; with ``retry: 0`` that was
+    700–900 GETs a second, with the gateway's token, for as long as the session lived."""
+    hostile.mode = "retry_zero"
+    async with session_for(hostile.url, open_timeout_s=5) as upstream_session:
+        await (await ends_within(BOUND_S, upstream_session.list_tools()))
+        await asyncio.sleep(2.5)  # the SDK's reconnections, were any made, would all be within this
+        assert hostile.seen.count("GET") == 0 and "tools/list" in hostile.seen
+
+
 # The gateway, end to end.
 
 
@@ -187,6 +202,8 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
                 service_signing_key=SERVICE_SIGNING_KEY,
                 mcp_refresh_s=0.5,
                 mcp_list_timeout_s=LIST_TIMEOUT_S,
+                http_max_connections=POOL,
+                tool_max_remote_calls_per_tenant=TURNS,
             )
             with ServerThread(create_app(settings), gateway_sock) as gateway:
                 yield Env(gateway_url=gateway.url, hostile=hostile, notes=notes_state)
@@ -296,3 +313,83 @@ async def test_a_call_answered_by_an_endless_event_stream_lets_go_of_its_connect
 
 async def _none_dripping(hostile: HostileMcp) -> bool:
     return hostile.dripping == 0
+
+
+async def _slow_echoes(gw: Caller, tenants: list[str]) -> list[asyncio.Task[Any]]:
+    """Calls that hold their connection until their timeout (mode ``slow_echo``), once they
+    are in flight."""
+    calls = [asyncio.create_task(gw.call("hostile_echo", {"text": "slow"}, user="bob", tenant=tenant))
+             for tenant in tenants]
+    await asyncio.sleep(0.4)
+    return calls
+
+
+async def test_one_tenants_calls_to_a_slow_server_leave_other_tenants_a_connection(env: Env, gw: Caller):
+    """A review's reproduction: one tenant's hundred calls to a slow server held every
+    connection of the pool all MCP servers shared; another tenant's call waited, and timed out.
+    A tenant now has at most GATEWAY_TOOL_MAX_REMOTE_CALLS_PER_TENANT calls in flight."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    env.hostile.mode = "slow_echo"
+    try:
+        held = await _slow_echoes(gw, ["acme"] * (POOL + 1))
+        other = await gw.call("hostile_wait", {"ms": 10}, user="bob", tenant="globex")
+        assert other["result"] == "waited" and not any(call.done() for call in held)
+        assert [(await call)["error"]["code"] for call in held] == ["TOOL_TIMEOUT"] * (POOL + 1)
+    finally:
+        env.hostile.mode = "normal"
+
+
+async def test_a_slow_server_holding_its_whole_pool_leaves_other_servers_theirs(env: Env, gw: Caller):
+    """Each MCP server has a pool of its own: the hostile server's connections all held, a
+    call to another server goes on."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    env.hostile.mode = "slow_echo"
+    try:
+        held = await _slow_echoes(gw, ["acme"] * TURNS + ["globex"] * (POOL - TURNS))
+        other = await gw.call("notes_whoami", {}, user="bob", tenant="globex")
+        assert other["ok"] is True, other
+        assert not any(call.done() for call in held)
+        assert [(await call)["error"]["code"] for call in held] == ["TOOL_TIMEOUT"] * POOL
+    finally:
+        env.hostile.mode = "normal"
+
+
+async def test_a_call_whose_event_streams_end_with_retry_zero_reopens_them_a_bounded_number_of_times(
+    env: Env, gw: Caller
+):
+    """A review's reproduction: each event stream answering a call ended at once with
+    ``retry: 0``, and the SDK reopened it at once, recursively, until Python's recursion limit
+    ended the session every tenant shares (a thousand GETs or more in 2–4 s)."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    opened = env.hostile.seen.count("initialize")
+    env.hostile.mode = "retry_zero"
+    try:
+        call = await ends_within(BOUND_S, gw.call("hostile_echo", {"text": "x"}))
+        assert call.result()["error"]["code"] == "TOOL_EXECUTION_FAILED", call.result()
+        reopened = env.hostile.seen.count("GET resume")
+        assert 0 < reopened <= MAX_REOPENS_PER_CALL
+        await asyncio.sleep(1.5)
+        assert env.hostile.seen.count("GET resume") == reopened
+    finally:
+        env.hostile.mode = "normal"
+    assert (await gw.call("hostile_echo", {"text": "after"}))["result"] == "after"
+    assert env.hostile.seen.count("initialize") == opened  # the session every tenant shares stayed
+    assert env.hostile.seen.count("GET") == 0  # and never opened a stream of its own
+
+
+async def test_one_tenants_call_timing_out_fails_that_call_only_not_the_session_others_share(env: Env, gw: Caller):
+    """A review's reproduction: a call's request read past the call's timeout raised in the
+    SDK's task for that request, which ended the session: another tenant's call in flight to
+    the same server failed with TOOL_EXECUTION_FAILED at that moment."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    opened = env.hostile.seen.count("initialize")
+    env.hostile.mode = "slow_echo"
+    try:
+        other = asyncio.create_task(gw.call("hostile_wait", {"ms": 3500}, user="bob", tenant="globex"))
+        await asyncio.sleep(0.3)
+        timed_out = await gw.call("hostile_echo", {"text": "slow"})
+        assert timed_out["error"]["code"] == "TOOL_TIMEOUT", timed_out
+        assert (await other)["result"] == "waited"
+    finally:
+        env.hostile.mode = "normal"
+    assert env.hostile.seen.count("initialize") == opened

@@ -24,6 +24,7 @@ from gateway.auth.service_tokens import ServiceTokenSigner
 from gateway.errors import new_error_id
 from gateway.mcp.upstream.config import McpServerSpec
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession, describe_failure
+from gateway.tenant_turns import TenantTurns
 from gateway.mcp.upstream.tools import federated_tool
 from gateway.mcp.upstream.transport import GATEWAY_AUDIENCE, upstream_client
 from gateway.settings import Settings
@@ -52,14 +53,16 @@ class Federation:
         registry: ToolRegistry,
         signer: ServiceTokenSigner,
         settings: Settings,
+        turns: TenantTurns | None = None,
     ) -> None:
         self._servers = tuple(servers)
+        self._turns = turns
         self._registry = registry
         self._signer = signer
         self._settings = settings
         self._refresh_s = settings.mcp_upstream.refresh_s
         self._list_timeout_s = settings.mcp_upstream.list_timeout_s
-        self._client: httpx2.AsyncClient | None = None
+        self._clients: list[httpx2.AsyncClient] = []
         self._upstreams: dict[str, UpstreamSession] = {}
         self._down: dict[str, str] = {}
         self._refused: dict[str, dict[str, str]] = {}
@@ -81,15 +84,18 @@ class Federation:
         """List every server once (bounded), then refresh in the background."""
         if not self._servers:
             return
-        self._client = upstream_client(
-            gateway_authorization=self._gateway_authorization,
-            timeout_s=max(self.longest_timeout_s, self._list_timeout_s),
-            connect_timeout_s=self._settings.http.connect_timeout_s,
-            max_connections=self._settings.http.max_connections,
-            max_keepalive_connections=self._settings.http.max_keepalive_connections,
-        )
         for server in self._servers:
-            self._upstreams[server.name] = UpstreamSession(server, self._client, open_timeout_s=self._list_timeout_s)
+            # A pool of its own for each server: calls waiting on a slow server must not take
+            # the connections another server's calls need.
+            client = upstream_client(
+                gateway_authorization=self._gateway_authorization,
+                timeout_s=max(self.longest_timeout_s, self._list_timeout_s),
+                connect_timeout_s=self._settings.http.connect_timeout_s,
+                max_connections=self._settings.http.max_connections,
+                max_keepalive_connections=self._settings.http.max_keepalive_connections,
+            )
+            self._clients.append(client)
+            self._upstreams[server.name] = UpstreamSession(server, client, open_timeout_s=self._list_timeout_s)
         await self.refresh()
         self._task = asyncio.get_running_loop().create_task(self._refresh_forever(), name="mcp-refresh")
 
@@ -103,9 +109,8 @@ class Federation:
                 await self._task
             self._task = None
         await asyncio.gather(*(upstream.close() for upstream in self._upstreams.values()))
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        clients, self._clients = self._clients, []
+        await asyncio.gather(*(client.aclose() for client in clients))
 
     def _gateway_authorization(self, audience: str) -> str:
         return "Bearer " + self._signer.sign(GATEWAY_PRINCIPAL, audience=audience, run_id="", tool_call_id="")
@@ -166,7 +171,7 @@ class Federation:
             try:
                 tools.append(federated_tool(
                     server, spec, found[0], upstream=upstream, signer=self._signer,
-                    max_json_depth=self._settings.requests.max_json_depth,
+                    max_json_depth=self._settings.requests.max_json_depth, turns=self._turns,
                 ))
             except SchemaError as exc:
                 refusals[spec.upstream_name] = str(exc)

@@ -30,6 +30,7 @@ from gateway.mcp.upstream.config import McpServerSpec, McpToolSpec
 from gateway.mcp.upstream.session import SessionUnavailable, UpstreamSession
 from gateway.mcp.upstream.transport import CURRENT_CALL, CallScope, call_response_limit
 from gateway.observability.timing import elapsed_ms
+from gateway.tenant_turns import TenantTurns
 from gateway.text import holds_non_finite, holds_unstorable, nests_deeper_than, storable_text
 from gateway.tools.base import Tool, ToolContext
 from gateway.tools.http import call_idempotency_key
@@ -69,6 +70,7 @@ def federated_tool(
     upstream: UpstreamSession,
     signer: ServiceTokenSigner,
     max_json_depth: int,
+    turns: TenantTurns | None = None,
 ) -> Tool:
     """The gateway tool for ``listed``; ``SchemaError`` names the path of a schema that cannot be made strict."""
     if holds_unstorable(listed.input_schema):
@@ -84,7 +86,8 @@ def federated_tool(
         f"The tool {spec.upstream_name} of the MCP server {server.name}."
     )
     handler = McpToolHandler(
-        server=server, spec=spec, upstream=upstream, signer=signer, mutates=mutates, max_json_depth=max_json_depth
+        server=server, spec=spec, upstream=upstream, signer=signer, mutates=mutates, max_json_depth=max_json_depth,
+        turns=turns,
     )
     return Tool(
         name=spec.name,
@@ -115,8 +118,10 @@ class McpToolHandler:
         signer: ServiceTokenSigner,
         mutates: bool,
         max_json_depth: int,
+        turns: TenantTurns | None = None,
     ) -> None:
         self._server = server
+        self._turns = turns
         self._spec = spec
         self._upstream = upstream
         self._signer = signer
@@ -139,14 +144,14 @@ class McpToolHandler:
         token = CURRENT_CALL.set(scope)
         try:
             try:
-                result = await self._call(arguments, scope)
+                result = await self._call_in_turn(ctx, arguments, scope)
             except MCPError as exc:
                 if exc.message != _FORGOTTEN:
                     raise
                 # The server no longer knows the session (it restarted) and refused the request
                 # unread: once more, on a new session.
                 self._upstream.drop()
-                result = await self._call(arguments, scope)
+                result = await self._call_in_turn(ctx, arguments, scope)
         except SessionUnavailable as exc:
             raise self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                reason=exc.reason) from None
@@ -168,6 +173,12 @@ class McpToolHandler:
                                started, retryable=False, problem="not_a_tool_result")
         log.debug("mcp_call_finished", **self._log_fields, is_error=result.is_error, duration_ms=elapsed_ms(started))
         return self._result(result, started)
+
+    async def _call_in_turn(self, ctx: ToolContext, arguments: Mapping[str, Any], scope: CallScope) -> Any:
+        if self._turns is None:
+            return await self._call(arguments, scope)
+        async with self._turns.turn(ctx.principal.tenant_id):
+            return await self._call(arguments, scope)
 
     async def _call(self, arguments: Mapping[str, Any], scope: CallScope) -> types.CallToolResult:
         session = await self._upstream.session()

@@ -1,10 +1,12 @@
-"""Model requests take turns per tenant.
+"""Outbound requests take turns per tenant.
 
-A chat holds its model connection for the whole answer (up to the model's timeout): a tenant
-that starts a hundred slow chats at once would otherwise hold every connection of the model
-providers' pool, and every other tenant's chats would wait behind them. Each tenant has at
-most ``per_tenant`` model requests in flight in a process; its further requests wait their
-turn (within their run's time limit), and other tenants' requests go on.
+A model answer holds its connection for the whole answer (up to the model's timeout), and so
+does a call to a slow business service or MCP server: a tenant that starts a hundred of them
+at once would otherwise hold every connection of the pool they share, and every other
+tenant's requests would wait behind them. Each tenant has at most ``per_tenant`` requests of
+one kind in flight in a process (one ``TenantTurns`` per kind: model requests, and calls of
+remote tools); its further requests wait their turn (within their own time limit), and other
+tenants' requests go on.
 """
 
 from __future__ import annotations
