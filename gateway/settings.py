@@ -775,7 +775,9 @@ FIELD_DOCS: dict[str, str] = {
     "public_base_url": "The gateway's address as people reach it (`https://gateway.example.com`): webhooks link to "
     "`<this>/console/approvals/<id>`.",
     "webhook_allowed_hosts": "Comma-separated hosts (names or addresses) a webhook URL may name over plain `http` "
-    "or at a loopback or private address (development); every other webhook needs `https` and a public address.",
+    "or at a loopback or private address (development); every other webhook needs `https` and a public address. An "
+    "exemption, not an allow-list: every tenant's webhooks may then reach a listed host on any port and path, and "
+    "read each delivery's status: list only receivers meant for that.",
     "webhook_timeout_s": "Seconds one webhook delivery may take in all (connect, send, read the answer).",
     "webhook_max_response_bytes": "Most bytes of a receiver's answer read; the rest is not waited for.",
     "webhook_retry_window_s": "Seconds a webhook delivery is retried (backoff with jitter) before it is "

@@ -114,9 +114,24 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
             literal = None
         if literal is not None and not public_address(literal):
             raise UrlRefused("The URL names a loopback, private or reserved address.")
-        if literal is None and (host == "localhost" or host.endswith((".localhost", ".local", ".internal"))):
+        bare = host.removesuffix(".")
+        if literal is None and _numeric(bare):
+            # 2130706433, 0x7f000001, 127.1: what a resolver may take for an address (the
+            # delivery's check of the resolved address would refuse it; refused here, as said).
+            raise UrlRefused("The URL's host is a number: give a name or a dotted address.")
+        if literal is None and (bare == "localhost" or bare.endswith((".localhost", ".local", ".internal"))):
             raise UrlRefused("The URL names a local host.")
     return Target(url=parsed, host=host, allow_listed=allow_listed)
+
+
+def _numeric(host: str) -> bool:
+    """An address in one of the forms ``inet_aton`` takes beside dotted decimal, or a name
+    whose last label is a number (no top-level domain is)."""
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return host.rsplit(".", 1)[-1].isdigit()
+    return True
 
 
 def _valid_name(host: str) -> bool:

@@ -37,6 +37,16 @@ from gateway.webhooks.urls import Resolver, Target, UrlRefused, check_url, pinne
         "https://hooks.example.com:99999/x",  # no such port: every attempt would fail unexpectedly
         "https://hooks.example.com:0/x",
         "https://" + "a" * 2000 + ".com/",
+        # Forms a resolver may take for a loopback or private address, and names with a trailing dot.
+        "https://2130706433/x",
+        "https://0x7f000001/x",
+        "https://127.1/x",
+        "https://0/x",
+        "https://167772161/x",
+        "https://hooks.10/x",
+        "https://localhost./x",
+        "https://foo.localhost./x",
+        "https://metadata.google.internal./x",
     ],
 )
 def test_refused_urls(url):
