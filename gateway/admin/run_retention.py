@@ -4,8 +4,9 @@ A run that expired before ``now - AGE`` goes, with what is kept for it alone: it
 and repeat counts (deleted here, by tenant and run), its messages, approvals and MCP token
 binding (by their foreign keys' cascade). An expired run can do nothing more — no call is
 admitted, no approval of it can be decided — so nothing is lost but its history, which the
-audit chain keeps (its own retention is ``gateway audit prune``). A run with an approval
-still executing stays until that ends.
+audit chain keeps (its own retention is ``gateway audit prune``). A run with a call or an
+approval still executing (admitted before the run expired) stays until that ends: its
+outcome is still to be recorded, and a retry of the call must find it.
 
 Runs go oldest expiry first, in batches of ``BATCH`` runs, each its own short transaction
 (rows locked by a request are skipped, for the next prune), so a large backlog neither holds
@@ -39,6 +40,10 @@ WITH doomed AS (
       AND NOT EXISTS (
           SELECT 1 FROM approvals a
           WHERE a.tenant_id = r.tenant_id AND a.run_id = r.id AND a.status = 'executing'
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM tool_calls t
+          WHERE t.tenant_id = r.tenant_id AND t.run_id = r.id AND t.status = 'executing'
       )
     ORDER BY r.expires_at
     LIMIT :batch

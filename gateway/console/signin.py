@@ -108,7 +108,8 @@ async def oidc_start(request: Request) -> Response[Any]:
 @get("/oidc/callback", include_in_schema=False)
 async def oidc_callback(request: Request) -> Response[Any]:
     """Back from the provider: the code is exchanged, the ID token verified like an API token.
-    Every answer clears the sign-in's cookie, so a sign-in is tried once."""
+    Every answer it gives clears the sign-in's cookie, so a sign-in is tried once (on a failure
+    of the gateway itself the cookie stays, but the provider redeems the code only once)."""
     client = oidc_client(request)
     response = await _finish_oidc(request, client)
     response.set_cookie(oidc_cookie(request, "", max_age=0))

@@ -109,7 +109,7 @@ def check_url(url: str, allowed_hosts: tuple[str, ...]) -> Target:
         raise UrlRefused("The URL must use https (plain http only for hosts in GATEWAY_WEBHOOK_ALLOWED_HOSTS).")
     if not allow_listed:
         try:
-            literal = ipaddress.ip_address(host)
+            literal = ipaddress.ip_address(host.removesuffix("."))
         except ValueError:
             literal = None
         if literal is not None and not public_address(literal):

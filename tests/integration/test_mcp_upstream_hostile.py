@@ -393,3 +393,20 @@ async def test_one_tenants_call_timing_out_fails_that_call_only_not_the_session_
     finally:
         env.hostile.mode = "normal"
     assert env.hostile.seen.count("initialize") == opened
+
+
+async def test_a_compressed_answer_to_one_call_fails_that_call_only(env: Env, gw: Caller):
+    """A review's reproduction: the transport refused a compressed answer by raising in the
+    SDK's task for the request, which ended the session every tenant shares."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    opened = env.hostile.seen.count("initialize")
+    env.hostile.mode = "compressed_echo"
+    try:
+        other = asyncio.create_task(gw.call("hostile_wait", {"ms": 1500}, user="bob", tenant="globex"))
+        await asyncio.sleep(0.3)
+        refused = await gw.call("hostile_echo", {"text": "x"})
+        assert refused["error"]["code"] == "TOOL_EXECUTION_FAILED" and refused["error"]["retryable"] is False, refused
+        assert (await other)["result"] == "waited"
+    finally:
+        env.hostile.mode = "normal"
+    assert env.hostile.seen.count("initialize") == opened

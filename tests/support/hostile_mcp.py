@@ -8,7 +8,8 @@ SSE comments, forever, and the DELETE that ends a session one byte every ``drip_
 HTTP client's read timeout ever fires against it. With ``mode = "retry_zero"`` it answers a
 ``tools/call``, and every ``GET``, with an event stream holding only an event id and ``retry: 0``,
 then ends it: a client that reconnects as told does so at once, for ever. With ``mode =
-"slow_echo"``, ``echo`` answers after a minute."""
+"slow_echo"``, ``echo`` answers after a minute; with ``mode = "compressed_echo"``, its answer
+says it is gzip-compressed."""
 
 from __future__ import annotations
 
@@ -179,6 +180,10 @@ class HostileMcp:
                 return _retry_zero()
             if self.mode == "slow_echo" and params.get("name") == "echo":
                 await asyncio.sleep(60)
+            if self.mode == "compressed_echo" and params.get("name") == "echo":
+                body = json.dumps({**reply, "result": {"content": [{"type": "text", "text": "x"}]}}).encode()
+                return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             if self.mode == "drip_calls":
                 # An event stream that never answers: a comment every 0.2 s, until the client goes.
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

@@ -76,7 +76,8 @@ def test_ipv6_addresses_that_carry_a_public_ipv4_address_pass(url):
     check_url(url, ())
 
 
-@pytest.mark.parametrize("url", ["https://hooks.example.com/x", "https://8.8.8.8:8443/hook?x=1", "https://[2001:4860:4860::8888]/"])
+@pytest.mark.parametrize("url", ["https://hooks.example.com/x", "https://8.8.8.8:8443/hook?x=1", "https://[2001:4860:4860::8888]/",
+                                 "https://8.8.8.8./x", "https://hooks.example.com./x", "https://1password.com/x"])
 def test_public_https_urls_pass(url):
     check_url(url, ())
 

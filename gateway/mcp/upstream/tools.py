@@ -198,6 +198,9 @@ class McpToolHandler:
         if scope.oversized:
             return self._failed("mcp_call_refused_answer", "The MCP server answered with more than this tool accepts.",
                                 started, retryable=False, problem="too_large")
+        if scope.compressed:
+            return self._failed("mcp_call_refused_answer", "The MCP server answered in a way this tool does not expect.",
+                                started, retryable=False, problem="compressed")
         if exc.code == types.REQUEST_TIMEOUT or scope.timed_out:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             return ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.")

@@ -59,6 +59,8 @@ class CallScope:
     above the client's own)."""
     headers: dict[str, str] = field(default_factory=dict)
     oversized: bool = False
+    compressed: bool = False
+    """The server compressed its answer (refused unread: it could expand past any cap)."""
     timed_out: bool = False
     """A request of the call ran out of time (its read timeout, or the deadline below)."""
     broken: bool = False
@@ -165,7 +167,10 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             await response.aclose()
-            raise httpx2.DecodingError("the upstream sent a compressed answer", request=request)
+            if scope is None:
+                raise httpx2.DecodingError("the upstream sent a compressed answer", request=request)
+            scope.compressed = True
+            return _answered_here(request, 502, "the MCP server sent a compressed answer")
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         response.stream = _CappedStream(response.stream, limit, scope, scope.deadline if scope is not None else None)
         return response
