@@ -35,7 +35,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import httpcore
 import httpx
@@ -47,7 +46,7 @@ from gateway.errors import ERRORS, ErrorCode, ToolError, new_error_id
 from gateway.observability.timing import elapsed_ms
 from gateway.tenant_turns import TenantTurns
 from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
-from gateway.tools.base import REDACTED, ArgumentsInvalid, PartialResult, Tool, ToolContext, sha256_hex
+from gateway.tools.base import ArgumentsInvalid, PartialResult, Tool, ToolContext, sha256_hex
 from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
 from gateway.tools.http_transport import (
     IDENTITY,
@@ -58,6 +57,7 @@ from gateway.tools.http_transport import (
     pool_of,
 )
 from gateway.tools.json_arguments import JsonSchemaArguments
+from gateway.tools.scrub import Sensitive
 
 log = structlog.get_logger("gateway.tools.http")
 
@@ -291,14 +291,11 @@ class HttpToolHandler:
             return data.decode("utf-8", errors="replace")
 
     def _without_sensitive(self, data: bytes, arguments: Mapping[str, Any]) -> bytes:
-        """The service's error body with this call's sensitive values taken out: services
-        quote the input they refuse (a 422 naming the bad value), and this body goes to the
-        log's excerpt and, through the declared error field, to the model and the audit."""
+        """The service's error body with this call's sensitive values taken out: it goes to
+        the log's excerpt and, through the declared error field, to the model and the audit."""
         if not self._sensitive_fields or not data:
             return data
-        for form, replacement in _sensitive_forms(arguments, self._sensitive_fields):
-            data = data.replace(form, replacement)
-        return data
+        return Sensitive(arguments, self._sensitive_fields).body(data)
 
     def _error(self, status: int, data: bytes, headers: list[tuple[bytes, bytes]], started: float) -> ToolError:
         excerpt = data[:LOG_EXCERPT_CHARS].decode("utf-8", errors="replace")
@@ -322,30 +319,6 @@ class HttpToolHandler:
 
 
 _RETRY_AFTER_SECONDS = re.compile(rb"[0-9]{1,6}")
-REDACTED_BYTES = REDACTED.encode()
-JSON_REDACTED = msgspec.json.encode(REDACTED)
-
-
-def _sensitive_forms(arguments: Mapping[str, Any], fields: frozenset[str]) -> list[tuple[bytes, bytes]]:
-    """The ways a service may quote a sensitive value back, each with what replaces it: as
-    sent in JSON (a string becomes the string ``"[REDACTED]"``, any other value ``null``, so the
-    body stays JSON), and a string's text, escaped or not, or percent-encoded (in a path or a query);
-    longest first, so that a value holding another is taken out whole. A value of one
-    character, a boolean or null says nothing and is left (taking it out would blank the body)."""
-    forms: dict[bytes, bytes] = {}
-    for name in fields:
-        value = arguments.get(name)
-        if value is None or isinstance(value, bool):
-            continue
-        encoded = msgspec.json.encode(value)
-        if isinstance(value, str):
-            for text in (encoded[1:-1], value.encode("utf-8", "surrogatepass"), quote(value, safe="").encode("ascii")):
-                forms.setdefault(text, REDACTED_BYTES)
-            forms[encoded] = JSON_REDACTED
-        else:  # a number (or more) may stand inside a string as well as alone: null reads as JSON in both
-            forms[encoded] = b"null"
-    return sorted(((form, by) for form, by in forms.items() if len(form) > 1), key=lambda pair: len(pair[0]),
-                  reverse=True)
 """A service's ``Retry-After`` worth repeating to the model: ASCII digits, at most about 11
 days (``str.isdigit`` also takes superscripts, which ``int`` refuses, and any length)."""
 

@@ -51,6 +51,7 @@ permission = "notes:read"
 [mcp_servers.notes.tools.fail_business]
 permission = "notes:read"
 is_error_code = "BUSINESS_RULE_VIOLATION"
+sensitive_fields = ["text"]
 
 [mcp_servers.notes.tools.broken]
 permission = "notes:read"
@@ -241,7 +242,9 @@ async def test_is_error_is_a_failure_with_the_text_cut_and_control_stripped(env:
 
     business = await gw.call("fail_business", {"text": "not on a weekend"})
     assert business["error"]["code"] == "BUSINESS_RULE_VIOLATION"
-    assert business["error"]["message"] == "Error executing tool fail_business: not on a weekend"
+    # Its argument is sensitive: the server's text quotes it, the model gets it taken out.
+    assert business["error"]["message"] == "Error executing tool fail_business: [REDACTED]"
+    assert "weekend" not in business["_raw"]
 
 
 @pytest.mark.parametrize("mode", ["500", "drop"])

@@ -35,6 +35,7 @@ from gateway.text import holds_non_finite, holds_unstorable, nests_deeper_than, 
 from gateway.tools.base import Tool, ToolContext
 from gateway.tools.http import call_idempotency_key
 from gateway.tools.json_arguments import JsonSchemaArguments, SchemaError, strict_schema
+from gateway.tools.scrub import Sensitive
 
 log = structlog.get_logger("gateway.mcp.upstream")
 
@@ -156,7 +157,7 @@ class McpToolHandler:
             raise self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                reason=exc.reason) from None
         except MCPError as exc:
-            raise await self._mcp_error(exc, scope, started) from None
+            raise await self._mcp_error(exc, scope, started, arguments) from None
         except httpx2.TimeoutException:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             raise ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.") from None
@@ -172,7 +173,7 @@ class McpToolHandler:
             raise self._failed("mcp_call_failed", "The MCP server answered in a way this tool does not expect.",
                                started, retryable=False, problem="not_a_tool_result")
         log.debug("mcp_call_finished", **self._log_fields, is_error=result.is_error, duration_ms=elapsed_ms(started))
-        return self._result(result, started)
+        return self._result(result, started, arguments)
 
     async def _call_in_turn(self, ctx: ToolContext, arguments: Mapping[str, Any], scope: CallScope) -> Any:
         if self._turns is None:
@@ -194,7 +195,11 @@ class McpToolHandler:
             headers["idempotency-key"] = key
         return headers
 
-    async def _mcp_error(self, exc: MCPError, scope: CallScope, started: float) -> ToolError:
+    async def _mcp_error(
+        self, exc: MCPError, scope: CallScope, started: float, arguments: Mapping[str, Any]
+    ) -> ToolError:
+        # The server's words go to the log: without the call's sensitive values it may quote.
+        said = clean_text(Sensitive(arguments, self._spec.sensitive_fields).text(exc.message), 200)
         if scope.oversized:
             return self._failed("mcp_call_refused_answer", "The MCP server answered with more than this tool accepts.",
                                 started, retryable=False, problem="too_large")
@@ -212,10 +217,10 @@ class McpToolHandler:
             # This call's request or event stream failed on its way (the session's own end, above,
             # is "Connection closed"): the session, which other calls share, stays.
             return self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
-                                mcp_code=exc.code, mcp_message=clean_text(exc.message, 200))
+                                mcp_code=exc.code, mcp_message=said)
         # The upstream's own words go to the log (cut), never to the model.
         return self._failed("mcp_call_failed", "The MCP server failed to handle the request.", started,
-                            mcp_code=exc.code, mcp_message=clean_text(exc.message, 200))
+                            mcp_code=exc.code, mcp_message=said)
 
     def _failed(self, event: str, message: str, started: float, *, retryable: bool | None = None,
                 **fields: Any) -> ToolError:
@@ -223,10 +228,11 @@ class McpToolHandler:
         log.warning(event, **self._log_fields, error_id=error_id, duration_ms=elapsed_ms(started), **fields)
         return ToolError(ErrorCode.TOOL_EXECUTION_FAILED, message, retryable=retryable, error_id=error_id)
 
-    def _result(self, result: types.CallToolResult, started: float) -> object:
+    def _result(self, result: types.CallToolResult, started: float, arguments: Mapping[str, Any]) -> object:
         texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
         if result.is_error:
-            raise self._is_error(" ".join(texts), started)
+            # The text reaches the model and the audit: without the call's sensitive values.
+            raise self._is_error(Sensitive(arguments, self._spec.sensitive_fields).text(" ".join(texts)), started)
         if result.structured_content is not None and holds_non_finite(result.structured_content):
             # 1e400 was read as infinity and would be written back as null: the value would
             # change on its way. The text the server gave with it (MCP asks for one) goes instead.

@@ -1,0 +1,49 @@
+"""Taking a call's sensitive values out of what a server says back, however it wrote them."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from gateway.tools.scrub import Sensitive
+
+SECRETS = {"password": "Pässwörd-123", "token": "ab/cd+ef/gh==", "note": "s3cr&t<pass>",
+           "card": {"number": "4111111111111111"}, "pin": 1234, "short": "ss", "flag": True}
+SENSITIVE = Sensitive(SECRETS, SECRETS.keys())
+
+
+@pytest.mark.parametrize("quoted", [
+    json.dumps({"detail": "bad Pässwörd-123"}).encode(),  # ensure_ascii: \u00e4
+    json.dumps({"detail": "bad Pässwörd-123"}, ensure_ascii=False).encode(),
+    b'{"detail": "bad ab\\/cd+ef\\/gh=="}',  # PHP escapes slashes
+    b"<p>bad s3cr&amp;t&lt;pass&gt;</p>",  # an HTML error page
+    b"bad ab%2Fcd%2Bef%2Fgh%3D%3D in the URL",
+    b'{"errors": [{"loc": ["body", "card", "number"], "input": "4111111111111111"}]}',  # a leaf of an object
+    b'{"input": {"pin": 1234}}',
+])
+def test_a_value_is_taken_out_however_the_server_wrote_it(quoted):
+    scrubbed = SENSITIVE.body(quoted)
+    for secret in ("Pässwörd", "P\\u00e4ssw", "ab/cd", "ab\\/cd", "s3cr", "4111111111111111", ": 1234"):
+        assert secret.encode() not in scrubbed, scrubbed
+    assert b"[REDACTED]" in scrubbed
+
+
+def test_json_stays_json_and_nothing_else_is_touched():
+    body = json.dumps({"message": "the account 5512345 is closed", "code": 12345, "pin": 1234,
+                       "x": "ss", "messages": "ss is fine inside", "ok": True}).encode()
+    scrubbed = msgspec.json.decode(SENSITIVE.body(body))
+    assert scrubbed == {"message": "the account 55[REDACTED]5 is closed", "code": 12345, "pin": "[REDACTED]",
+                        "x": "[REDACTED]", "messages": "ss is fine inside", "ok": True}
+
+
+def test_nothing_sensitive_leaves_the_body_as_it_came():
+    body = b'{"detail":  "no"}'
+    assert Sensitive({"a": "x"}, ["b"]).body(body) is body
+    assert Sensitive({"flag": True, "none": None}, ["flag", "none"]).body(body) is body
+
+
+def test_a_body_nested_too_deep_is_scrubbed_as_text():
+    deep = b"[" * 5000 + b'"4111111111111111"' + b"]" * 5000
+    assert b"4111111111111111" not in SENSITIVE.body(deep)
