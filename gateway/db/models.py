@@ -393,6 +393,20 @@ class ConsoleSession(Base):
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
+class ConsoleSignIn(Base):
+    """No longer written: an OpenID Connect sign-in under way lives in its browser's cookie
+    (``gateway.console.oidc``). Kept while the release before, which writes it, may still
+    serve beside this one during a rollout; a later release drops it."""
+
+    __tablename__ = "console_sign_ins"
+
+    state_hash: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    nonce: Mapped[str] = mapped_column(sa.String(64))
+    code_verifier: Mapped[str] = mapped_column(sa.String(128))
+    browser_hash: Mapped[str] = mapped_column(sa.String(64))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 class WebhookSubscription(Base):
     """A tenant's webhook: where its events go (``gateway.webhooks``). The secret signs each
     delivery, so it is kept as given out (shown once, never returned or logged again)."""

@@ -8,8 +8,8 @@ console's expired sessions.
 
 Downgrade drops the index.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-03
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0024"
-down_revision: str | None = "0023"
+revision: str = "0023"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
