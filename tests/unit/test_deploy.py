@@ -71,7 +71,7 @@ def test_every_yaml_file_in_deploy_parses() -> None:
 
 def test_kubernetes_has_every_object_production_needs() -> None:
     objects = k8s_objects()
-    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job", "Secret",
+    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Job", "CronJob", "Secret",
             "ConfigMap"} <= objects.keys()
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     for resource in kustomization["resources"]:
@@ -114,6 +114,10 @@ def test_commands_are_real_gateway_commands() -> None:
     (job,) = objects["Job"]["spec"]["template"]["spec"]["containers"]
     assert job["command"] == ["gateway"]
     assert command_handler(job["args"]) is cli.cmd_migrate
+    (prune,) = objects["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert prune["command"] == ["gateway"]
+    assert command_handler(prune["args"]) is cli.cmd_runs
+    assert objects["CronJob"]["spec"]["concurrencyPolicy"] == "Forbid"
 
 
 def test_settings_come_from_the_secret_and_the_configmap_and_all_exist() -> None:
@@ -121,8 +125,10 @@ def test_settings_come_from_the_secret_and_the_configmap_and_all_exist() -> None
     secret_keys = set(objects["Secret"]["stringData"])
     config = objects["ConfigMap"]["data"]
     env: dict[str, str] = dict(config)
-    for kind in ("Deployment", "Job"):
-        (container,) = objects[kind]["spec"]["template"]["spec"]["containers"]
+    pods = {"Deployment": objects["Deployment"]["spec"]["template"], "Job": objects["Job"]["spec"]["template"],
+            "CronJob": objects["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]}
+    for pod in pods.values():
+        (container,) = pod["spec"]["containers"]
         assert {"configMapRef": {"name": objects["ConfigMap"]["metadata"]["name"]}} in container["envFrom"]
         for variable in container["env"]:
             ref = variable.get("valueFrom", {}).get("secretKeyRef")
