@@ -377,36 +377,33 @@ async def test_a_call_whose_event_streams_end_with_retry_zero_reopens_them_a_bou
     assert env.hostile.seen.count("GET") == 0  # and never opened a stream of its own
 
 
-async def test_one_tenants_call_timing_out_fails_that_call_only_not_the_session_others_share(env: Env, gw: Caller):
-    """A review's reproduction: a call's request read past the call's timeout raised in the
-    SDK's task for that request, which ended the session: another tenant's call in flight to
-    the same server failed with TOOL_EXECUTION_FAILED at that moment."""
+async def _fails_alone(env: Env, gw: Caller, mode: str) -> dict[str, Any]:
+    """The answer to a call of ``hostile_echo`` in ``mode``, made while another tenant's call
+    to the same server is in flight: that call must succeed, and the session they share stay."""
     await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
     opened = env.hostile.seen.count("initialize")
-    env.hostile.mode = "slow_echo"
+    env.hostile.mode = mode
     try:
         other = asyncio.create_task(gw.call("hostile_wait", {"ms": 3500}, user="bob", tenant="globex"))
         await asyncio.sleep(0.3)
-        timed_out = await gw.call("hostile_echo", {"text": "slow"})
-        assert timed_out["error"]["code"] == "TOOL_TIMEOUT", timed_out
+        failed = await gw.call("hostile_echo", {"text": "x"})
         assert (await other)["result"] == "waited"
     finally:
         env.hostile.mode = "normal"
     assert env.hostile.seen.count("initialize") == opened
+    return failed
+
+
+async def test_one_tenants_call_timing_out_fails_that_call_only_not_the_session_others_share(env: Env, gw: Caller):
+    """A review's reproduction: a call's request read past the call's timeout raised in the
+    SDK's task for that request, which ended the session: another tenant's call in flight to
+    the same server failed with TOOL_EXECUTION_FAILED at that moment."""
+    timed_out = await _fails_alone(env, gw, "slow_echo")
+    assert timed_out["error"]["code"] == "TOOL_TIMEOUT", timed_out
 
 
 async def test_a_compressed_answer_to_one_call_fails_that_call_only(env: Env, gw: Caller):
     """A review's reproduction: the transport refused a compressed answer by raising in the
     SDK's task for the request, which ended the session every tenant shares."""
-    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
-    opened = env.hostile.seen.count("initialize")
-    env.hostile.mode = "compressed_echo"
-    try:
-        other = asyncio.create_task(gw.call("hostile_wait", {"ms": 1500}, user="bob", tenant="globex"))
-        await asyncio.sleep(0.3)
-        refused = await gw.call("hostile_echo", {"text": "x"})
-        assert refused["error"]["code"] == "TOOL_EXECUTION_FAILED" and refused["error"]["retryable"] is False, refused
-        assert (await other)["result"] == "waited"
-    finally:
-        env.hostile.mode = "normal"
-    assert env.hostile.seen.count("initialize") == opened
+    refused = await _fails_alone(env, gw, "compressed_echo")
+    assert refused["error"]["code"] == "TOOL_EXECUTION_FAILED" and refused["error"]["retryable"] is False, refused

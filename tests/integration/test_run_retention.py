@@ -123,35 +123,21 @@ async def test_a_backlog_goes_in_batches_each_its_own_transaction(client, db, pg
     assert batches == 3  # 2 + 2 + 1: each batch audited with what it removed
 
 
-async def test_a_run_with_an_approval_still_executing_stays(client, db, pg_url):
+@pytest.mark.parametrize(("table", "done"), [("approvals", "succeeded"), ("tool_calls", "done")])
+async def test_a_run_with_an_approval_or_a_call_still_executing_stays(client, db, pg_url, table, done):
+    """A call (or an approved one) admitted just before its run expired may still be running:
+    its outcome is still to be recorded, and a retry of its id must find it."""
     run = await _run_with_history(client)
     await _expired(pg_url, run, days_ago=3)
     conn = await _connect(pg_url)
     try:
-        await conn.execute("UPDATE approvals SET status = 'executing' WHERE run_id = $1", run)
+        await conn.execute(f"UPDATE {table} SET status = 'executing' WHERE run_id = $1", run)
         assert await prune_expired_runs(db, older_than=timedelta(days=1)) == {}
         assert (await _rows_of(pg_url, run))["runs"] == 1
-        await conn.execute("UPDATE approvals SET status = 'succeeded' WHERE run_id = $1", run)
+        await conn.execute(f"UPDATE {table} SET status = '{done}' WHERE run_id = $1", run)
     finally:
         await conn.close()
     assert await prune_expired_runs(db, older_than=timedelta(days=1)) == {"acme": (1, 3)}
-
-
-async def test_a_run_with_a_call_still_executing_stays(client, db, pg_url):
-    """A call admitted just before its run expired may still be running: its outcome is
-    still to be recorded, and a retry of its id must find it."""
-    run = await new_run(client, "alice")
-    await call_tools(client, run, [tool_call("add", {"a": 1, "b": 2})])
-    await _expired(pg_url, run, days_ago=3)
-    conn = await _connect(pg_url)
-    try:
-        await conn.execute("UPDATE tool_calls SET status = 'executing' WHERE run_id = $1", run)
-        assert await prune_expired_runs(db, older_than=timedelta(days=1)) == {}
-        assert (await _rows_of(pg_url, run))["tool_calls"] == 1
-        await conn.execute("UPDATE tool_calls SET status = 'done' WHERE run_id = $1", run)
-    finally:
-        await conn.close()
-    assert await prune_expired_runs(db, older_than=timedelta(days=1)) == {"acme": (1, 1)}
 
 
 async def test_a_run_locked_by_a_request_is_skipped_not_waited_for(client, db, pg_url):
