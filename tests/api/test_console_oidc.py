@@ -288,12 +288,16 @@ async def test_a_failing_provider_is_asked_once_while_sign_ins_pile_up():
     turn for the discovery document (eight starts failed after 1, 2, ... 8 s, eight fetches)."""
     from gateway.console.oidc import SignInFailed
 
-    connections = 0
+    release = asyncio.Event()
+    held: list[asyncio.Task[None]] = []
 
     async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        await asyncio.sleep(30)
+        held.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            await release.wait()
+        finally:
+            writer.close()
+            await writer.wait_closed()
 
     server = await asyncio.start_server(hang, "127.0.0.1", 0)
     issuer = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -304,6 +308,9 @@ async def test_a_failing_provider_is_asked_once_while_sign_ins_pile_up():
             outcomes = await asyncio.gather(*(client.start(f"{issuer}/cb") for _ in range(8)), return_exceptions=True)
             elapsed = time.monotonic() - started
     finally:
+        release.set()
+        await asyncio.gather(*held, return_exceptions=True)
         server.close()
+        await server.wait_closed()
     assert all(isinstance(outcome, SignInFailed) for outcome in outcomes)
-    assert connections == 1 and elapsed < 4, (connections, elapsed)
+    assert len(held) == 1 and elapsed < 4, (len(held), elapsed)
