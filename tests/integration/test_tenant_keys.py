@@ -38,9 +38,9 @@ HOT_PATH_TABLES = (
     "audit_events", "audit_links", "audit_chains", "tool_policies", "rate_limit_buckets", "rate_limit_overrides",
     "roles", "role_permissions", "users", "webhook_subscriptions", "webhook_deliveries",
 )
-ACROSS_TENANTS = {"ix_audit_events_txid_id", "ix_webhook_deliveries_due"}
-"""The sealer's work list (the order in which transactions wrote audit rows) and the webhook
-worker's (deliveries due), across tenants."""
+ACROSS_TENANTS = {"ix_audit_events_txid_id", "ix_webhook_deliveries_due", "ix_runs_expires_at"}
+"""The sealer's work list (the order in which transactions wrote audit rows), the webhook
+worker's (deliveries due) and the runs' retention's (runs by expiry), across tenants."""
 
 INDEXES = """
 SELECT c.relname AS table_name, i.relname AS index_name, a.attname AS first_column
