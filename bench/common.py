@@ -48,6 +48,7 @@ RESULT = re.compile(
 """The line the wrk scripts print when they are done (bench/common.lua)."""
 
 BENCH_RATE_LIMIT_RPS = "1000000"
+BENCH_REMOTE_CALLS_PER_TENANT = "100000"
 """Per tenant and per user: on, as in the default configuration, and never reached."""
 
 Processes = list[subprocess.Popen[bytes]]
@@ -122,6 +123,8 @@ def gateway_env(
         # the limiter's cost is measured and it never refuses; a bench run can pass its own.
         "GATEWAY_RATE_LIMIT_TENANT_RPS": BENCH_RATE_LIMIT_RPS,
         "GATEWAY_RATE_LIMIT_USER_RPS": BENCH_RATE_LIMIT_RPS,
+        # The same for the turns a tenant's remote tool calls take: the load is one tenant's.
+        "GATEWAY_TOOL_MAX_REMOTE_CALLS_PER_TENANT": BENCH_REMOTE_CALLS_PER_TENANT,
         **extra,
     }
 
