@@ -4,6 +4,7 @@ the worker's loop with real receivers on loopback ports (one that never answers)
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
@@ -95,6 +96,11 @@ async def test_a_tenants_receivers_that_never_answer_do_not_hold_back_another_te
                 for _ in range(2):
                     await insert_approval(conn, tenant="globex")
             await alive.wait_for(6)
+            # Received is not yet recorded: the worker marks a delivery once its answer is read.
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(await outbox(db, tenant_id="globex", state="delivered")) < 6:
+                assert asyncio.get_running_loop().time() < deadline, "received, never recorded as delivered"
+                await asyncio.sleep(0.02)
         finally:
             await worker.stop()
     assert len(acme_attempts_seen) == 6
