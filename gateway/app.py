@@ -63,7 +63,6 @@ from gateway.observability.metrics import Metrics
 from gateway.ratelimit import create_rate_limiter
 from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.settings import Settings, SettingsError
-from gateway.tenant_turns import TenantTurns
 from gateway.tools.builtin import builtin_tools
 from gateway.tools.config import load_http_tools, load_mcp_servers
 from gateway.tools.http import ServiceCalls
@@ -117,7 +116,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
     slot, the only entry of ``app.state``. Handlers get their service from the providers
     registered below, middleware from the slot it is constructed with."""
     signer = load_service_signer(settings)
-    service_calls = ServiceCalls(signer, turns=TenantTurns(settings.tools.max_remote_calls_per_tenant))
+    service_calls = ServiceCalls(signer, max_calls_per_tenant=settings.tools.max_remote_calls_per_tenant)
     if registry is None:
         registry = ToolRegistry(builtin_tools())
         http_tools = load_http_tools(settings, service_calls, reserved_names=(tool.name for tool in registry))

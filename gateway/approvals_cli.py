@@ -183,7 +183,8 @@ class _ServiceTools:
         from gateway.tools.registry import ToolRegistry
 
         settings = self._settings
-        self._calls = ServiceCalls(load_service_signer(settings))
+        self._calls = ServiceCalls(load_service_signer(settings),
+                                   max_calls_per_tenant=settings.tools.max_remote_calls_per_tenant)
         registry = ToolRegistry(builtin_tools())
         http_tools = load_http_tools(settings, self._calls, reserved_names=(tool.name for tool in registry))
         if http_tools and self._calls.signer is None:

@@ -201,7 +201,8 @@ def operator_registry(settings: Settings) -> ToolRegistry:
     """The tools a gateway with ``settings`` has (built-ins and the tools file), for operator
     commands that name a tool; nothing here can call a service (no signer, no client)."""
     registry = ToolRegistry(builtin_tools())
-    for tool in load_http_tools(settings, ServiceCalls(None), reserved_names=(tool.name for tool in registry)):
+    calls = ServiceCalls(None, max_calls_per_tenant=settings.tools.max_remote_calls_per_tenant)
+    for tool in load_http_tools(settings, calls, reserved_names=(tool.name for tool in registry)):
         registry.register(tool)
     return registry
 

@@ -64,8 +64,6 @@ log = structlog.get_logger("gateway.tools.http")
 ERROR_BODY_LIMIT = 4096
 """Most bytes of an error response read (to find the safe field and to log an excerpt)."""
 LOG_EXCERPT_CHARS = 512
-DEFAULT_REMOTE_CALLS_PER_TENANT = 25
-"""``GATEWAY_TOOL_MAX_REMOTE_CALLS_PER_TENANT``'s default, for a ``ServiceCalls`` made without settings."""
 
 _STATUS_CODES: dict[int, ErrorCode] = {
     400: ErrorCode.INVALID_ARGUMENTS,
@@ -95,9 +93,10 @@ class ServiceCalls:
     response objects) are things a service call must not have or does without, and on this
     path they were a quarter of the gateway's CPU per HTTP tool call."""
 
-    def __init__(self, signer: ServiceTokenSigner | None, *, turns: TenantTurns | None = None) -> None:
+    def __init__(self, signer: ServiceTokenSigner | None, *, max_calls_per_tenant: int) -> None:
+        """``max_calls_per_tenant``: ``GATEWAY_TOOL_MAX_REMOTE_CALLS_PER_TENANT``."""
         self.signer = signer
-        self.turns = turns if turns is not None else TenantTurns(DEFAULT_REMOTE_CALLS_PER_TENANT)
+        self.turns = TenantTurns(max_calls_per_tenant)
         """Shared with the MCP tools: one tenant's remote calls in flight at once (see ``TenantTurns``)."""
         self._client: httpx.AsyncClient | None = None
         self._pool: ServicePool | None = None

@@ -360,7 +360,7 @@ async def test_retried_execution_of_an_approved_call_applies_once(env: HttpEnv, 
     assert decided["status"] == "succeeded"
     changes = env.service.applied_changes
 
-    calls = ServiceCalls(load_service_signer(env.settings))
+    calls = ServiceCalls(load_service_signer(env.settings), max_calls_per_tenant=25)
     tool = {t.name: t for t in load_http_tools(env.settings, calls)}["create_order"]
     bob = Principal(tenant_id="acme", user_id="bob", roles=frozenset({"editor"}), permissions=frozenset())
     ctx = ToolContext(
@@ -397,7 +397,7 @@ async def test_a_sensitive_value_the_service_quotes_back_reaches_neither_the_mod
 async def test_a_sensitive_value_the_service_quotes_back_is_not_in_the_logged_excerpt(
     env: HttpEnv, status: int, event: str
 ):
-    calls = ServiceCalls(load_service_signer(env.settings))
+    calls = ServiceCalls(load_service_signer(env.settings), max_calls_per_tenant=25)
     tool = {t.name: t for t in load_http_tools(env.settings, calls)}["check_card"]
     alice = Principal(tenant_id="acme", user_id="alice", roles=frozenset({"member"}), permissions=frozenset())
     ctx = ToolContext(principal=alice, run_id="run_x", tool_call_id="call_x", request_id=None,

@@ -30,7 +30,8 @@ async def refusal_for(retry_after: bytes) -> ToolError:
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    calls = ServiceCalls(ServiceTokenSigner(ec.generate_private_key(ec.SECP256R1()), issuer="gw", ttl_s=60))
+    calls = ServiceCalls(ServiceTokenSigner(ec.generate_private_key(ec.SECP256R1()), issuer="gw", ttl_s=60),
+                         max_calls_per_tenant=25)
     transport = service_transport(limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
     try:
         async with httpx.AsyncClient(transport=transport) as client:

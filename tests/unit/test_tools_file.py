@@ -74,7 +74,7 @@ def settings_for(path: Path, **overrides: Any) -> Settings:
 def load(tmp_path: Path, text: str, name: str = "tools.toml", **overrides: Any) -> list[Any]:
     path = tmp_path / name
     path.write_text(text)
-    return load_http_tools(settings_for(path, **overrides), ServiceCalls(None))
+    return load_http_tools(settings_for(path, **overrides), ServiceCalls(None, max_calls_per_tenant=25))
 
 
 def test_toml_and_yaml_declare_the_same_tools(tmp_path: Path):
@@ -171,7 +171,7 @@ def test_only_toml_and_yaml_files_are_read(tmp_path: Path):
     with pytest.raises(ToolsFileError, match=r"\.toml, \.yaml or \.yml"):
         load(tmp_path, "{}", "tools.json")
     with pytest.raises(ToolsFileError, match="cannot be read"):
-        load_http_tools(settings_for(tmp_path / "missing.toml"), ServiceCalls(None))
+        load_http_tools(settings_for(tmp_path / "missing.toml"), ServiceCalls(None, max_calls_per_tenant=25))
 
 
 def test_settings_name_the_base_url_and_win_over_the_file(tmp_path: Path):
