@@ -207,7 +207,8 @@ class AgentLoop:
             client_calls = [c for c, r in zip(calls, requests, strict=True)
                             if r.rejected is None and r.name in run.client_tool_names]
             if client_calls:
-                return await self._hand_back(run, assistant, client_calls)
+                own = [r for r in requests if r.rejected is not None or r.name not in run.client_tool_names]
+                return await self._hand_back(run, assistant, client_calls, own, request_id)
 
             pending = await self._execute(run, calls, requests, round_no, request_id, emit)
             if pending:
@@ -355,15 +356,28 @@ class AgentLoop:
             run.trace.append(entry)
             await emit(trace_event(entry))
 
-    async def _hand_back(self, run: LoopRun, assistant: Message, client_calls: list[dict[str, Any]]) -> LoopOutcome:
+    async def _hand_back(
+        self,
+        run: LoopRun,
+        assistant: Message,
+        client_calls: list[dict[str, Any]],
+        own: list[ToolCallRequest],
+        request_id: str | None,
+    ) -> LoopOutcome:
         """Client tools (pass-through) are the client's to run: the turn goes back to it.
 
         The gateway's own calls of that answer are not run (the client could not append
-        their results); the model asks again once it has the client's.
+        their results); the model asks again once it has the client's. Those of them the
+        checks refuse (a broken call, an unknown tool, one the caller may not use) are
+        still answered in the ledger and audited, as they would be without a client call
+        beside them: a client call must not hide a model's attempts.
         """
-        if len(client_calls) < len(assistant["tool_calls"]):
+        if own:
+            refused = self._executor.refused(run.principal, own)
+            if refused:
+                await self._executor.execute(run.principal, run.run_id, refused, request_id=request_id)
             log.info("gateway_calls_deferred", run=run.run_id,
-                     deferred=len(assistant["tool_calls"]) - len(client_calls))
+                     deferred=len(own) - len(refused), refused=len(refused))
             assistant["tool_calls"] = client_calls
         return LoopOutcome(state="completed", finish_reason="tool_calls", content=assistant["content"],
                            client_tool_calls=client_calls)

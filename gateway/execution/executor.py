@@ -182,6 +182,15 @@ class ToolExecutor:
             )
         return messages
 
+    def refused(self, principal: Principal, requests: list[ToolCallRequest]) -> list[ToolCallRequest]:
+        """The calls the checks refuse before any database step (a protocol problem, an
+        unknown tool, no permission, bad arguments): executing these runs nothing, it answers
+        and audits each with its code."""
+        plans = plan_calls(
+            self._registry, principal, requests, max_json_depth=self._settings.requests.max_json_depth
+        )
+        return [plan.request for plan in plans if plan.rejected is not None]
+
     async def _run_ahead(
         self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None
     ) -> dict[str, CallOutcome]:

@@ -152,6 +152,32 @@ async def test_client_tools_are_refused_unless_the_tenant_lets_them_pass_through
     assert tool_messages(model.requests[1]) == [{"role": "tool", "tool_call_id": "call_w", "content": "3 degrees"}]
 
 
+async def test_a_client_call_does_not_hide_the_refused_calls_of_its_answer_from_the_audit(gateway, model):
+    await gateway.set_tenant("acme", allow_client_tools=True)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    model.script(openai_turn(calls=[
+        call("get_weather", {"city": "Oslo"}, "c_client"),
+        call("\uff41\uff44\uff44", {"a": 1, "b": 2}, "c_fullwidth"),
+        call("create_article", {"title": "t", "body": "b"}, "c_forbidden"),
+        call("add", "{", "c_broken_arguments"),
+        call("add\u0000", {"a": 1, "b": 2}, "c_nul_name"),
+        call("add", {"a": 1, "b": 2}, "c_deferred"),
+    ]))
+    response = await gateway.chat("weather in Oslo?", tools=[weather])
+    assert response.status_code == 200, response.text
+    assert [c["id"] for c in response.json()["choices"][0]["message"]["tool_calls"]] == ["c_client"]
+
+    audited = dict(await gateway.sql("SELECT tool_call_id, outcome FROM audit_events WHERE tool_call_id IS NOT NULL"))
+    assert audited == {
+        "c_fullwidth": "TOOL_NOT_FOUND",
+        "c_forbidden": "PERMISSION_DENIED",
+        "c_broken_arguments": "INVALID_ARGUMENTS",
+        "c_nul_name": "INVALID_TOOL_CALL",
+    }  # the valid call of the gateway's own is deferred, not run: the model asks again later
+    stored = {row[0] for row in await gateway.sql("SELECT tool_call_id FROM tool_calls")}
+    assert stored == set(audited)
+
+
 async def test_a_malformed_conversation_is_refused_before_the_model_is_asked(gateway, model):
     orphan = [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "nope", "content": "x"}]
     response = await gateway.chat(orphan)
