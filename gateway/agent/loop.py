@@ -39,7 +39,7 @@ from gateway.agent.history import (
     trim,
 )
 from gateway.auth.principal import Principal
-from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than, storable, storable_text
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than, quoted, storable, storable_text
 from gateway.errors import ErrorCode
 from gateway.execution.executor import ToolExecutor
 from gateway.execution.protocol import (
@@ -281,13 +281,13 @@ class AgentLoop:
         )
         if disagrees:
             # The decision is made on tool_calls alone; some servers say "stop" while asking for tools.
-            log.info("finish_reason_disagrees", run=run.run_id, finish_reason=result.finish_reason,
+            log.info("finish_reason_disagrees", run=run.run_id, finish_reason=quoted(result.finish_reason or "", 64),
                      tool_calls=len(calls))
         log.info(
             "model_answered",
             run=run.run_id,
             provider=run.model.name,
-            model=result.model,
+            model=quoted(result.model, 128),  # the model server's words: a line of the log, not its size
             round=run.steps,
             tool_calls=len(calls),
             prompt_tokens=result.usage.prompt_tokens,

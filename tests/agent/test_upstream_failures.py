@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.agent.conftest import agent_settings, running_gateway
-from tests.support.scripted_model import Turn, ollama_turn, openai_turn
+from tests.support.scripted_model import Turn, call, ollama_turn, openai_turn
 from tests.support.loopback import free_port
 
 API_KEY = "sk-upstream-key-that-must-never-leak-0123456789"
@@ -111,3 +111,15 @@ async def test_the_api_key_goes_to_the_provider_and_never_into_responses_or_logs
     for text in (response.text, ok.text, captured.out, captured.err):
         assert API_KEY not in text
     assert API_KEY not in repr(gateway.settings)
+
+
+async def test_a_model_server_does_not_choose_the_size_of_the_gateways_log_lines(gateway, model, logs):
+    asks = openai_turn(calls=[call("add", {"a": 1, "b": 2})], finish_reason="x" * 300_000)  # disagrees
+    asks.body["model"] = "M" * 300_000
+    model.script(asks, openai_turn("3"))
+    response = await gateway.chat("hello")
+    assert response.status_code == 200, response.text
+    answered = logs.named("model_answered")
+    [disagrees] = logs.named("finish_reason_disagrees")
+    assert answered[0]["model"].startswith("MMM") and len(answered[0]["model"]) < 200
+    assert disagrees["finish_reason"].startswith("xxx") and len(disagrees["finish_reason"]) < 100
