@@ -144,9 +144,10 @@ def run_chat(
     except httpx.HTTPError as exc:
         print(f"gateway: cannot reach {url}: {type(exc).__name__}", file=err)
         return 1
-    except (AttributeError, KeyError, TypeError, IndexError):
-        # JSON, but not shaped as the gateway's answers are (an event, a summary, an approval):
-        # whatever answered is not this gateway, or not this version of it.
+    except (AttributeError, KeyError, TypeError, IndexError, RecursionError):
+        # JSON, but not shaped as the gateway's answers are (an event, a summary, an approval;
+        # nested deeper than the decoder recurses): whatever answered is not this gateway, or
+        # not this version of it.
         print(f"gateway: the answer from {url} is not shaped as this command expects", file=err)
         return 1
     return 1

@@ -76,9 +76,10 @@ def _streaming(event: bytes):
      (b'{"choices": [1]}', "not shaped as this command expects"),
      (b'{"gateway": "x"}', "not shaped as this command expects"),
      (b'{"choices": [{"delta": {"tool_calls": [{}]}}]}', "not shaped as this command expects"),
-     (b'{"error": "boom"}', "not shaped as this command expects")],
+     (b'{"error": "boom"}', "not shaped as this command expects"),
+     (b"[" * 100_000 + b"]" * 100_000, "not shaped as this command expects")],
     ids=["not-json", "a-list", "a-choice-not-an-object", "gateway-not-an-object", "a-call-without-function",
-         "error-not-an-object"],
+         "error-not-an-object", "nested-100000-deep"],
 )
 async def test_gateway_chat_says_in_one_line_when_the_stream_holds_what_it_cannot_read(event, said):
     async with serve(_streaming(event)) as url:
