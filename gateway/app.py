@@ -196,7 +196,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
                     metrics,
                     DatabaseGauges(db),
                     token=settings.metrics.token,
-                    tenant_labels=settings.metrics.tenant_labels,
+                    tenant_labels=settings.metrics.labels_tenants,
                 ),
                 token_verifier=TokenVerifier(settings, jwks),
                 tenant_directory=directory,

@@ -293,7 +293,13 @@ class MetricsSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     env_prefix = "metrics_"
 
     token: str | None = None
-    tenant_labels: bool = True
+    tenant_labels: bool | None = None
+
+    @property
+    def labels_tenants(self) -> bool:
+        """Whether a scrape names the tenants: as set, else only behind the scrape token (who
+        may reach an open ``/metrics`` need not learn which tenants exist, or how busy they are)."""
+        return self.tenant_labels if self.tenant_labels is not None else self.token is not None
 
 
 class ConsoleSettings(Group, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -761,8 +767,9 @@ FIELD_DOCS: dict[str, str] = {
     "rate_limit_user_burst": "Requests a user may make at once above their rate (0: one second's worth).",
     "metrics_token": "When set, `GET /metrics` answers only a request bearing it (`Authorization: Bearer ...`; "
     "Prometheus' `authorization` setting); otherwise anyone who reaches the route may scrape.",
-    "metrics_tenant_labels": "`false`: metrics carry no tenant label (`gateway_approvals_pending` is one sum), "
-    "so a scrape does not list the tenants.",
+    "metrics_tenant_labels": "`true`: metrics carry a tenant label (`gateway_approvals_pending` per tenant); "
+    "`false`: none (one sum), so a scrape does not list the tenants. Unset: labels only when "
+    "`GATEWAY_METRICS_TOKEN` is set.",
     "console_session_idle_s": "Console: seconds a session may go unused before it ends (sign in again).",
     "console_session_max_s": "Console: seconds after sign-in a session ends however much it is used.",
     "console_secure_cookie": "Console: `auto` marks the session cookie `Secure` when the request came over HTTPS; "

@@ -98,12 +98,27 @@ async def _request_approval(client: AsyncTestClient) -> str:
     return contents(response.json())[0]["error"]["approval_id"]
 
 
-async def test_tenant_labels_can_be_turned_off(seeded_pg_url: str) -> None:
-    async with gateway(seeded_pg_url, metrics_tenant_labels=False, metrics_token=TOKEN) as client:
+@pytest.mark.parametrize(
+    ("overrides", "labelled"),
+    [({"metrics_token": TOKEN}, True),
+     ({}, False),  # an open /metrics does not list the tenants, nor how busy each is
+     ({"metrics_tenant_labels": True}, True),
+     ({"metrics_tenant_labels": False, "metrics_token": TOKEN}, False)],
+    ids=["behind-a-token", "open", "open-labels-asked-for", "behind-a-token-labels-off"],
+)
+async def test_tenant_labels_are_on_behind_a_scrape_token_unless_set(
+    seeded_pg_url: str, overrides: dict[str, Any], labelled: bool
+) -> None:
+    async with gateway(seeded_pg_url, **overrides) as client:
         await _request_approval(client)
         response = await client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-    assert "tenant=" not in response.text
-    assert value(samples(response.text), "gateway_approvals_pending") == 1
+    assert response.status_code == 200, response.text
+    scraped = samples(response.text)
+    if labelled:
+        assert value(scraped, "gateway_approvals_pending", tenant="acme") == 1
+    else:
+        assert "tenant=" not in response.text and "acme" not in response.text
+        assert value(scraped, "gateway_approvals_pending") == 1
 
 
 async def test_rejections_of_approvals_and_replays_of_calls_are_counted(seeded_pg_url: str) -> None:
