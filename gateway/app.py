@@ -181,7 +181,7 @@ def create_app(settings: Settings, *, registry: ToolRegistry | None = None) -> L
         sealer = AuditSealer(
             db, batch_size=settings.audit.seal_batch_size, interval_s=settings.audit.seal_interval_s
         )
-        webhook_worker = WebhookWorker(db, settings.webhooks)
+        webhook_worker = WebhookWorker(db, settings.webhooks, registry=registry)
         slot.install(
             Services(
                 settings=settings,

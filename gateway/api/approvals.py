@@ -50,12 +50,13 @@ def outcome_view(code: str | None, content: str | None) -> ApprovalOutcome | Non
 
 
 def approval_view(row: Any, service: ApprovalService, now: datetime, *, reveal: bool = False) -> ApprovalView:
+    hidden = [] if reveal else service.hidden_fields(row)
     return ApprovalView(
         id=row.id,
         status=effective_status(row, now),
         tool=row.tool,
         arguments=service.view_arguments(row, reveal=reveal),
-        arguments_sha256=row.arguments_sha256,
+        arguments_sha256=None if hidden else row.arguments_sha256,
         run_id=row.run_id,
         tool_call_id=row.tool_call_id,
         requested_by=row.requester_id,
@@ -65,7 +66,7 @@ def approval_view(row: Any, service: ApprovalService, now: datetime, *, reveal: 
         decided_at=row.decided_at,
         reason=row.reason,
         outcome=outcome_view(row.outcome, row.outcome_content),
-        redacted_fields=[] if reveal else service.hidden_fields(row),
+        redacted_fields=hidden,
     )
 
 

@@ -163,7 +163,9 @@ class ApprovalView(msgspec.Struct):
     tool: str
     arguments: dict[str, Any]
     """The frozen arguments exactly as they will execute, sensitive fields redacted unless revealed."""
-    arguments_sha256: str
+    arguments_sha256: str | None
+    """sha256 of the frozen canonical arguments; ``null`` while ``redacted_fields`` hides some of
+    them (beside a hidden value, its hash would let anyone test guesses of that value)."""
     run_id: str
     tool_call_id: str
     requested_by: str

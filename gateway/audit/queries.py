@@ -14,14 +14,35 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.audit.chain import CHAIN_FIELDS, audit_events, audit_links
+from gateway.tools.base import REDACTED
 
 EXPORT_COLUMNS: tuple[str, ...] = (
     "id", "created_at", "kind", "user_id", "run_id", "tool_call_id", "tool", "arguments", "arguments_sha256",
     "outcome", "duration_ms", "approval_id", "request_id", "error_id", "detail",
     "chain_seq", "content_hash", "prev_hash", "chain_hash", "hash_version",
 )
+_arguments = audit_events.c.arguments
+SHOWN_ARGUMENTS_SHA256 = sa.case(
+    (
+        sa.or_(
+            _arguments.is_(None),
+            sa.func.jsonb_typeof(_arguments) != "object",
+            sa.func.jsonb_path_exists(_arguments, sa.literal_column(f"""'$.** ? (@ == "{REDACTED}")'::jsonpath""")),
+        ),
+        sa.null(),
+    ),
+    else_=audit_events.c.arguments_sha256,
+).label("arguments_sha256")
+"""A row's ``arguments_sha256`` as a reader is shown it: only beside the arguments it hashes,
+whole. A hash of a value the reader does not see (a field redacted as sensitive, arguments
+refused and never stored) would let anyone test guesses of that value against it, offline;
+the row keeps it (the chain covers it) and ``audit verify`` reads it."""
+
 _columns = tuple(
-    (audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name]) for name in EXPORT_COLUMNS
+    SHOWN_ARGUMENTS_SHA256
+    if name == "arguments_sha256"
+    else (audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name])
+    for name in EXPORT_COLUMNS
 )
 _with_links = audit_events.outerjoin(
     audit_links,

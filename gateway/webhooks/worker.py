@@ -32,6 +32,7 @@ from gateway.db.engine import Database
 from gateway.execution.approvals import _EXPIRY_CONTENTS as EXPIRY_CONTENTS
 from gateway.settings import WebhookSettings
 from gateway.webhooks import store
+from gateway.tools.registry import ToolRegistry
 from gateway.webhooks.events import event_data, sign, slack_body, standard_body
 from gateway.webhooks.urls import Resolver, UrlRefused, check_url, pinned, resolve_checked
 
@@ -57,9 +58,12 @@ class WebhookWorker:
         *,
         public_base_url: str | None = None,
         verify: ssl.SSLContext | bool = True,
+        registry: ToolRegistry | None = None,
     ) -> None:
-        """``verify``: how receivers' certificates are checked (the system's CAs by default)."""
+        """``verify``: how receivers' certificates are checked (the system's CAs by default);
+        ``registry``: the tools, which say whose arguments' hash an approval event may carry."""
         self._db = db
+        self._registry = registry
         self._settings = settings
         self._base_url = public_base_url or settings.public_base_url
         self._task: asyncio.Task[None] | None = None
@@ -154,10 +158,18 @@ class WebhookWorker:
 
     def body(self, row: Any) -> bytes:
         data = event_data(row.event_type, dict(row.data), base_url=self._base_url)
+        if data.get("arguments_sha256") is not None and not self._hash_may_go_out(data.get("tool")):
+            data["arguments_sha256"] = None
         if row.format == "slack":
             return slack_body(row.event_type, data)
         timestamp = row.created_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
         return standard_body(row.event_type, timestamp, data)
+
+    def _hash_may_go_out(self, tool_name: Any) -> bool:
+        """An event never carries the arguments, so their hash goes out only for a tool known to
+        mark no field sensitive: a receiver could otherwise test guesses of such a value."""
+        tool = self._registry.get(tool_name) if self._registry is not None and isinstance(tool_name, str) else None
+        return tool is not None and not tool.sensitive_fields
 
     async def send(self, row: Any) -> tuple[int | None, str | None]:
         """One attempt: the answer's status, and None or what went wrong (a short code)."""

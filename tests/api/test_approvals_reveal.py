@@ -4,6 +4,9 @@ audited before anything is shown. PostgreSQL."""
 
 from __future__ import annotations
 
+import hashlib
+
+import msgspec
 import pytest
 
 from tests.support import db
@@ -73,10 +76,15 @@ async def test_other_views_never_show_the_secret(pg_client, secret_approval):
     own = await pg_client.get(f"/v1/approvals/{secret_approval}", headers=BOB)
     own_reveal = await pg_client.get(f"/v1/approvals/{secret_approval}", params={"reveal": "true"}, headers=BOB)
     decided = await approve(pg_client, secret_approval)
+    revealed = await read(pg_client, secret_approval, reveal="true")
+    hashed = revealed.json()["arguments_sha256"]  # shown beside the whole arguments it hashes
+    assert hashed == hashlib.sha256(msgspec.json.encode(ARGUMENTS, order="sorted")).hexdigest()
     for response in (listed, own, own_reveal, decided):
         assert response.status_code == 200, response.text
         assert SECRET not in response.text
+        assert hashed not in response.text  # beside a hidden value: its hash would test guesses of it
     assert listed.json()["items"][0]["redacted_fields"] == ["secret"]
+    assert listed.json()["items"][0]["arguments_sha256"] is None
 
 
 @pytest.mark.parametrize("user", ["alice", "bob"])

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import db
 from tests.support.approvals import CAROL, approve, reject, request_approval
-from tests.support.calls import batch, create_run, send_one, tool_call
+from tests.support.calls import batch, create_run, send, send_one, tool_call
 from tests.support.tokens import auth_for
 
 pytestmark = pytest.mark.probe_tools
@@ -67,6 +67,25 @@ async def test_sensitive_arguments_are_redacted_in_the_audit(client, database_ur
     canonical = b'{"password":"correct horse battery","username":"bob","vault":"backup"}'
     assert row.arguments_sha256 == sha(canonical)
     assert "correct horse battery" not in logs.text
+
+
+async def test_a_reader_is_shown_an_arguments_hash_only_beside_the_whole_arguments_it_hashes(client, database_url):
+    # A hash of a redacted PIN is a PIN anyone can find by trying the 10,000 of them against it.
+    run = await create_run(client, BOB)
+    await send_one(client, run["id"], BOB, "pin", "login", {"username": "bob", "password": "4711", "vault": "main"})
+    await send_one(client, run["id"], BOB, "plain", "add", {"a": 1, "b": 2})
+    await send(client, run["id"], BOB, tool_call("login", raw='{"username": "bob", "password": 4711}', call_id="refused"))
+    listed = await client.get("/v1/admin/audit/", params={"run": run["id"]}, headers=CAROL)
+    assert listed.status_code == 200, listed.text
+    shown = {item["tool_call_id"]: item["arguments_sha256"] for item in listed.json()["items"]}
+    assert shown == {"pin": None, "plain": sha(b'{"a":1,"b":2}'), "refused": None}
+    for fmt in ("jsonl", "csv"):
+        exported = await client.get("/v1/admin/audit/export", params={"run": run["id"], "format": fmt}, headers=CAROL)
+        assert exported.status_code == 200
+        assert sha(b'{"a":1,"b":2}') in exported.text
+        for row in await db.audit_rows(database_url, run_id=run["id"]):
+            if row.tool_call_id != "plain":
+                assert row.arguments_sha256 not in exported.text  # kept in the row: the chain covers it
 
 
 async def test_a_replay_is_recorded_as_an_attempt(client, database_url):

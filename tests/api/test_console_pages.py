@@ -82,6 +82,7 @@ async def test_detail_hides_sensitive_fields_until_revealed_and_the_reveal_is_au
     assert revealed.status_code == 200 and SECRET in revealed.text
     (row,) = await db.audit_rows(seeded_pg_url, approval_id=pending, kind="approval_reveal")
     assert row.user_id == "carol"
+    assert row.arguments_sha256 in revealed.text and row.arguments_sha256 not in detail.text
 
 
 async def test_approving_in_the_console_executes_and_audits_like_the_api(pg_client, seeded_pg_url, pending):

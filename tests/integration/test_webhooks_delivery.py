@@ -18,6 +18,7 @@ from gateway.webhooks.service import WebhookService
 from gateway.webhooks.worker import WebhookWorker
 from tests.support.db import open_database
 from tests.support.tls import client_context, server_context
+from tests.support.tools import Probe, registry_with_probe
 from tests.support.webhook_receiver import WebhookReceiver, verify_standard_webhook
 
 approvals = Approval.__table__
@@ -37,9 +38,9 @@ async def db(seeded_pg_url):
         yield database
 
 
-def worker_for(db: Any, *, verify: Any = True, **overrides: Any) -> WebhookWorker:
+def worker_for(db: Any, *, verify: Any = True, registry: Any = None, **overrides: Any) -> WebhookWorker:
     return WebhookWorker(db, WebhookSettings(**{**FAST, **overrides}), public_base_url="https://gw.example.com",
-                         verify=verify)
+                         verify=verify, registry=registry)
 
 
 async def subscribe(db: Any, url: str, events: list[str], *, tenant: str = "acme", format: str = "standard",
@@ -48,7 +49,7 @@ async def subscribe(db: Any, url: str, events: list[str], *, tenant: str = "acme
     return await service.create(tenant_id=tenant, actor="carol", url=url, events=events, format=format)
 
 
-async def insert_approval(conn: Any, *, tenant: str = "acme", expires_in_s: float = 3600) -> str:
+async def insert_approval(conn: Any, *, tenant: str = "acme", expires_in_s: float = 3600, tool: str = "write_note") -> str:
     """A pending approval as the ledger writes one: its run, its held-back call, its frozen arguments."""
     now = datetime.now(UTC)
     run_id = "run_" + secrets.token_hex(6)
@@ -56,11 +57,11 @@ async def insert_approval(conn: Any, *, tenant: str = "acme", expires_in_s: floa
     await conn.execute(sa.insert(runs).values(id=run_id, tenant_id=tenant, user_id="bob", max_tool_calls=10,
                                               max_repeats=2, created_at=now))
     await conn.execute(sa.insert(tool_calls).values(run_id=run_id, tool_call_id="w1", tenant_id=tenant,
-                                                    tool="write_note", status="pending", approval_id=approval_id,
+                                                    tool=tool, status="pending", approval_id=approval_id,
                                                     created_at=now))
     await conn.execute(sa.insert(approvals).values(
         id=approval_id, tenant_id=tenant, run_id=run_id, tool_call_id="w1", requester_id="bob",
-        requester_roles=["editor"], tool="write_note", canonical_arguments=f'{{"text":"{SENSITIVE}"}}',
+        requester_roles=["editor"], tool=tool, canonical_arguments=f'{{"text":"{SENSITIVE}"}}',
         arguments_sha256="0" * 64, status="pending", created_at=now, expires_at=now + timedelta(seconds=expires_in_s),
     ))
     return approval_id
@@ -115,6 +116,30 @@ async def test_a_delivery_is_signed_the_standard_webhooks_way_and_carries_no_arg
     assert request.headers["webhook-id"].startswith("msg_") and request.headers["content-type"] == "application/json"
     (row,) = await outbox(db)
     assert (row.id, row.state, row.attempts, row.last_status) == (request.headers["webhook-id"], "delivered", 1, 204)
+
+
+@pytest.mark.parametrize(("tool", "with_registry", "hash_sent"), [
+    ("write_note", True, True),
+    ("store_secret", True, False),  # marks a field sensitive: a receiver could test guesses of it
+    ("no_such_tool", True, False),
+    ("write_note", False, False),
+])
+async def test_an_approval_event_carries_the_arguments_hash_only_for_a_tool_known_to_hide_nothing(
+    db, tool, with_registry, hash_sent
+):
+    async with WebhookReceiver() as receiver:
+        await subscribe(db, receiver.url, ["approval.created"])
+        async with db.begin() as conn:
+            await insert_approval(conn, tool=tool)
+        worker = worker_for(db, registry=registry_with_probe(Probe()) if with_registry else None)
+        try:
+            await drain(worker, db)
+        finally:
+            await worker.stop()
+        (request,) = receiver.requests
+    data = request.json()["data"]
+    assert data["tool"] == tool
+    assert data["arguments_sha256"] == ("0" * 64 if hash_sent else None)
 
 
 async def test_a_receiver_failing_three_times_gets_one_logical_delivery_with_one_webhook_id(db):
