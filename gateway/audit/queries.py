@@ -38,10 +38,18 @@ whole. A hash of a value the reader does not see (a field redacted as sensitive,
 refused and never stored) would let anyone test guesses of that value against it, offline;
 the row keeps it (the chain covers it) and ``audit verify`` reads it."""
 
+_detail = audit_events.c.detail
+SHOWN_DETAIL = sa.case(
+    (sa.func.jsonb_typeof(_detail) == "object", _detail.op("-")(sa.literal_column("'stored_arguments_sha256'"))),
+    else_=_detail,
+).label("detail")
+"""A row's ``detail`` as a reader is shown it: a conflict's ``stored_arguments_sha256`` (the hash
+of the earlier call's arguments, redacted or not) stays in the row; the earlier call's own row
+shows it where it may be shown."""
+
+_SHOWN = {"arguments_sha256": SHOWN_ARGUMENTS_SHA256, "detail": SHOWN_DETAIL}
 _columns = tuple(
-    SHOWN_ARGUMENTS_SHA256
-    if name == "arguments_sha256"
-    else (audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name])
+    _SHOWN.get(name, audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name])
     for name in EXPORT_COLUMNS
 )
 _with_links = audit_events.outerjoin(

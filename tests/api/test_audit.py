@@ -75,16 +75,20 @@ async def test_a_reader_is_shown_an_arguments_hash_only_beside_the_whole_argumen
     await send_one(client, run["id"], BOB, "pin", "login", {"username": "bob", "password": "4711", "vault": "main"})
     await send_one(client, run["id"], BOB, "plain", "add", {"a": 1, "b": 2})
     await send(client, run["id"], BOB, tool_call("login", raw='{"username": "bob", "password": 4711}', call_id="refused"))
+    await send_one(client, run["id"], BOB, "pin", "add", {"a": 1, "b": 3})  # the id of another call: a conflict
     listed = await client.get("/v1/admin/audit/", params={"run": run["id"]}, headers=CAROL)
     assert listed.status_code == 200, listed.text
-    shown = {item["tool_call_id"]: item["arguments_sha256"] for item in listed.json()["items"]}
-    assert shown == {"pin": None, "plain": sha(b'{"a":1,"b":2}'), "refused": None}
+    shown = {(item["tool_call_id"], item["kind"]): item["arguments_sha256"] for item in listed.json()["items"]}
+    assert shown == {("pin", "tool_call"): None, ("plain", "tool_call"): sha(b'{"a":1,"b":2}'),
+                     ("refused", "tool_call"): None, ("pin", "tool_call_conflict"): sha(b'{"a":1,"b":3}')}
+    conflict = next(item for item in listed.json()["items"] if item["kind"] == "tool_call_conflict")
+    assert conflict["detail"] == {"stored_tool": "login"}  # not the stored call's hash
     for fmt in ("jsonl", "csv"):
         exported = await client.get("/v1/admin/audit/export", params={"run": run["id"], "format": fmt}, headers=CAROL)
         assert exported.status_code == 200
         assert sha(b'{"a":1,"b":2}') in exported.text
         for row in await db.audit_rows(database_url, run_id=run["id"]):
-            if row.tool_call_id != "plain":
+            if row.tool == "login":
                 assert row.arguments_sha256 not in exported.text  # kept in the row: the chain covers it
 
 
