@@ -20,7 +20,12 @@ before any authentication. A head larger than ``GATEWAY_MAX_HEAD_BYTES`` is answ
 (or after the connection opened) is answered ``408 INVALID_REQUEST``, and a connection that
 never sent a byte in that time is closed. Either way the connection is closed. A head's bytes
 are counted as they are fed to the parser, request after request, so pipelined requests are
-counted each on its own. A body must arrive within ``GATEWAY_BODY_TIMEOUT_S`` of its head, also
+counted each on its own; a head that begins in the read that ends the request before it (its
+bytes fed with that request's body) is counted by the parser's callbacks, and its clock starts
+at its first byte all the same. A refusal while requests before it are still being answered
+(pipelined) waits for their answers: they may have run, and a client must not take the
+refusal for theirs. A body must arrive within ``GATEWAY_BODY_TIMEOUT_S`` of its head (of the
+moment its request may be read, when it waits behind a pipelined one), also
 when the request was answered before it (a 413, a 404: uvicorn reads and drops the rest, as
 it should, so that the client reads the answer rather than a reset): a body dripped a byte at
 a time held a connection for ever, every byte putting off uvicorn's keep-alive timeout.
@@ -86,7 +91,7 @@ class CoalescingTransport(asyncio.Transport):
             # Closing (the peer ended its side, say): write as the transport writes then,
             # after what is held, in order.
             self.flush()
-            self._transport.write(data)
+            self._write_now(data)
             return
         if not data:
             return
@@ -112,12 +117,15 @@ class CoalescingTransport(asyncio.Transport):
         # Even while the transport closes: a client that ended its side of the connection
         # after its request still reads the answer (the transport drops writes once the
         # connection is lost, as it would have dropped them unheld).
+        self._write_now(held[0] if len(held) == 1 else b"".join(held))
+
+    def _write_now(self, data: bytes | bytearray | memoryview) -> None:
         try:
-            self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+            self._transport.write(data)
         except RuntimeError:
             # uvloop refuses a write on a handle already closed: the connection is gone, and
-            # what was held goes with it, as it would have had it been written at once.
-            # Anything else (a write after write_eof, say) is not ours to hide.
+            # what was written goes with it (an earlier pipelined request answering after its
+            # client hung up, say). Anything else (a write after write_eof) is not ours to hide.
             if not self._transport.is_closing():
                 raise
 
@@ -178,17 +186,32 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     requests' heads bounded in size and time."""
 
     _head_bytes = 0
-    """Bytes of the head being read, counted as they are fed to the parser (a head that starts
-    in a read after another request ends in it is counted from the next read: at most one
-    read's worth more)."""
+    """Bytes of the head being read, counted as they are fed to the parser while a head is
+    read, and by the parser's callbacks for a head that begins within a read that finished
+    the request before it (its bytes went to the parser with that request's body)."""
+    _head_begun = False
+    """The parser met the first byte of a request line (reset when the request is complete)."""
+    _finished_in_feed = False
+    """A request was completed by the bytes being fed: a head that follows in them is counted
+    by the parser's callbacks (the bytes counted before were the finished request's)."""
     _reading_head = True
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    _oversized = False
+    """A head past the limit arrived whole within one feed: the request is refused, not run."""
+    _deferred: tuple[int, ErrorCode, str] | None = None
+    """A refusal waiting for the answers of the requests before it (pipelined): written, and
+    the connection closed, once the last of them is complete."""
 
     def data_received(self, data: bytes) -> None:
+        if self._deferred is not None:
+            return  # the connection ends once the answers before the refusal are out
         while data:
             if not self._reading_head:
-                super().data_received(data)
+                self._feed(data)
+                if self._oversized or (self._reading_head and self._head_bytes > HeadLimits.max_bytes):
+                    self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
+                    return
                 break
             room = HeadLimits.max_bytes - self._head_bytes
             if room <= 0:
@@ -201,31 +224,79 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             else:
                 piece, data = data[:room], data[room:]
             self._head_bytes += len(piece)
-            super().data_received(piece)
-            if self.transport.is_closing():
+            self._feed(piece)
+            if self._oversized:
+                self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
+                return
+            if self.transport.is_closing() or self._deferred is not None:
                 return
         if self.transport.is_closing():
             return
         # A head begun but not complete, or a body still to come, gets its clock now (a request
         # that arrives whole in one read, the common case, sets no timer at all).
         if self._reading_head:
-            if self._head_bytes and self._head_timer is None:
+            if (self._head_bytes or self._head_begun) and self._head_timer is None:
                 self._arm_head_timer()
         elif self._body_timer is None:
             self._body_timer = self.loop.call_later(HeadLimits.body_timeout_s, self._body_timed_out)
 
+    def _feed(self, data: bytes) -> None:
+        self._finished_in_feed = False
+        try:
+            super().data_received(data)
+        finally:
+            self._finished_in_feed = False
+
+    def on_message_begin(self) -> None:
+        self._head_begun = True
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if self._finished_in_feed:
+            self._head_bytes += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._finished_in_feed:
+            self._head_bytes += len(name) + len(value) + 4
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._disarm_head_timer()
+        if self._head_bytes > HeadLimits.max_bytes:
+            # Whole, yet past the limit (counted by the callbacks): never dispatched, and the
+            # rest of what was fed goes nowhere; refused once the feed returns.
+            self._oversized = True
+            return
         scope_extensions = self.scope.setdefault("extensions", {})  # type: ignore[typeddict-item]
         scope_extensions[ABORT_EXTENSION] = self._abort
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._oversized:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._oversized:
+            return
         super().on_message_complete()
         self._reading_head = True
+        self._head_begun = False
+        self._finished_in_feed = True
         self._head_bytes = 0
         self._disarm_body_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._deferred is not None and not self._answering() and not self.transport.is_closing():
+            status, code, message = self._deferred
+            self._deferred = None
+            self._refuse(status, code, message)
+
+    def _answering(self) -> bool:
+        """A request before the one being read is still being answered (pipelined)."""
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
@@ -249,7 +320,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if not self._reading_head or self.transport.is_closing():
             return
-        if self._head_bytes:
+        if self._head_bytes or self._head_begun:
             self._refuse(408, ErrorCode.INVALID_REQUEST, "The request's head was not complete in time.")
         else:
             log.info("request_head_refused", status=408, head_bytes=0, client=self.client and self.client[0])
@@ -258,6 +329,11 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def _body_timed_out(self) -> None:
         self._body_timer = None
         if self._reading_head or self.transport.is_closing():
+            return
+        if self.pipeline:
+            # The body's request waits behind an earlier one, and uvicorn reads nothing until
+            # that is answered: its clock starts again.
+            self._body_timer = self.loop.call_later(HeadLimits.body_timeout_s, self._body_timed_out)
             return
         # The app may be reading the body, or answering: the connection goes, and the app's
         # next receive says the client left.
@@ -269,8 +345,15 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self.transport.abort()
 
     def _refuse(self, status: int, code: ErrorCode, message: str) -> None:
-        log.info("request_head_refused", status=status, head_bytes=self._head_bytes, client=self.client and self.client[0])
         self._disarm_head_timer()
+        if self._answering():
+            # Answered only after the requests before it, which may have run already: their
+            # answers are not cut off, and this one is not taken for theirs.
+            if self._deferred is None:
+                self._deferred = (status, code, message)
+                self.transport.pause_reading()
+            return
+        log.info("request_head_refused", status=status, head_bytes=self._head_bytes, client=self.client and self.client[0])
         self.transport.write(_refusal(status, code, message))
         self.transport.close()
 

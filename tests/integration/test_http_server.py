@@ -89,6 +89,11 @@ class App:
             while not self.proceed.is_set():
                 await asyncio.sleep(0.005)
             await send({"type": "http.response.body", "body": b"second\n"})
+        elif path == "/slow":
+            await asyncio.sleep(1.5)  # longer than the head and body deadlines of ``head_limits``
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain"), (b"content-length", b"4")]})
+            await send({"type": "http.response.body", "body": b"slow"})
         elif path == "/echo":
             size, more = 0, True
             while more:
@@ -359,3 +364,53 @@ def _closed_without_an_answer(client: socket.socket) -> bool:
         return read_to_end(client) == b""
     except ConnectionResetError:  # closed with data unread: the peer resets
         return True
+
+
+def test_a_head_begun_in_the_write_that_ends_a_body_has_its_deadline_and_its_limit(server, head_limits):
+    post = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n"
+    with server.connect() as client:
+        client.sendall(post)
+        time.sleep(0.2)
+        client.sendall(b"hello" + b"GET /small HTTP/1.1\r\nx-a: b")  # the next head starts, never ends
+        buffer = bytearray()
+        assert read_response(client, buffer)[1] == b"5"
+        started = time.monotonic()
+        status, body = _refusal(bytes(buffer) + read_to_end(client))
+    assert status == b"HTTP/1.1 408 Request Timeout" and time.monotonic() - started < 5
+    with server.connect() as client:
+        client.sendall(post)
+        time.sleep(0.2)
+        client.sendall(b"hello" + b"GET /small HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 10_000 + b"\r\n\r\n")
+        buffer = bytearray()
+        assert read_response(client, buffer)[1] == b"5"
+        status, body = _refusal(bytes(buffer) + read_to_end(client))
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+
+
+@pytest.mark.parametrize(
+    ("following", "refused"),
+    [(b"GET /small HTTP/1.1\r\nhost: x\r\n", b"HTTP/1.1 408 Request Timeout"),
+     (b"GET /small HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 10_000, b"HTTP/1.1 431 Request Header Fields Too Large")],
+    ids=["head-late", "head-too-large"],
+)
+def test_a_refused_head_is_answered_after_the_requests_before_it(server, head_limits, following, refused):
+    # The request before may have run already: its answer is not cut off, nor replaced by the refusal.
+    with server.connect() as client:
+        client.sendall(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
+        time.sleep(0.05)
+        client.sendall(following)
+        buffer = bytearray()
+        head, body = read_response(client, buffer)
+        assert head.startswith(b"HTTP/1.1 200") and body == b"slow"
+        status, _ = _refusal(bytes(buffer) + read_to_end(client))
+    assert status == refused
+
+
+def test_a_body_waiting_behind_a_pipelined_request_gets_its_deadline_once_it_may_be_read(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n"
+                       b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n")
+        buffer = bytearray()
+        assert read_response(client, buffer)[1] == b"slow"  # 1.5 s: past the 1 s body deadline
+        client.sendall(b"hello")
+        assert read_response(client, buffer)[1] == b"5"

@@ -166,6 +166,8 @@ async def test_a_write_the_transport_refuses_as_closed_is_dropped_and_any_other_
     fake.closing = True
     transport.flush()  # the connection is gone: dropped, nothing raised
 
+    transport.write(b"after")  # written at once while closing (an earlier pipelined answer): dropped too
+
     fake.closing = False
     transport.write(b"held")
     with pytest.raises(RuntimeError):
