@@ -195,7 +195,7 @@ async def anchor(
         raise OperatorError(f"the chain does not verify, so it is not anchored: {report.describe()}")
     token = sign_anchor(
         signer, issuer=issuer, tenant_id=tenant_id, chain_seq=report.head_seq, chain_hash=report.head_hash,
-        now=datetime.now(UTC),
+        start_seq=report.anchor_seq, start_hash=report.start_hash, now=datetime.now(UTC),
     )
     return token, report
 

@@ -8,12 +8,16 @@ one whose public half the gateway serves at ``/.well-known/jwks.json``::
 
     header  {"alg": "ES256" | "RS256", "kid": <JWKS key id>, "typ": "gateway-audit-anchor+jwt"}
     claims  {"iss": GATEWAY_SERVICE_TOKEN_ISSUER, "aud": "gateway-audit-anchor",
-             "tenant_id": T, "chain_seq": N, "chain_hash": H, "iat": <unix time>}
+             "tenant_id": T, "chain_seq": N, "chain_hash": H, "iat": <unix time>,
+             "start_seq": S, "start_hash": SH}
 
 ``audit verify --anchor`` checks its signature with the gateway's key set, and that the row
 at position ``N`` of the tenant's chain still has chain hash ``H`` while the chain verifies up
 to it: since every chain hash covers all rows before it, no row up to ``N`` changed, moved,
 appeared or disappeared after the anchor was taken, unless the signing key was also stolen.
+``start_seq`` and ``start_hash`` are where the chain started when it was signed (after a
+prune, the chain hash of the last pruned row): a start that moved since must show the link of
+a dropped month's row it replaced (migration 0024). Anchors of earlier releases carry none.
 """
 
 from __future__ import annotations
@@ -43,10 +47,21 @@ class Anchor:
     chain_hash: str
     issued_at: datetime
     key_id: str
+    start_seq: int | None = None
+    start_hash: str | None = None
+    """Where the chain started when the anchor was signed (``None``: an earlier release's anchor)."""
 
 
 def sign_anchor(
-    signer: ServiceTokenSigner, *, issuer: str, tenant_id: str, chain_seq: int, chain_hash: str, now: datetime
+    signer: ServiceTokenSigner,
+    *,
+    issuer: str,
+    tenant_id: str,
+    chain_seq: int,
+    chain_hash: str,
+    start_seq: int,
+    start_hash: str,
+    now: datetime,
 ) -> str:
     claims = {
         "iss": issuer,
@@ -54,6 +69,8 @@ def sign_anchor(
         "tenant_id": tenant_id,
         "chain_seq": chain_seq,
         "chain_hash": chain_hash,
+        "start_seq": start_seq,
+        "start_hash": start_hash,
         "iat": int(now.timestamp()),
     }
     return signer.sign_document(claims, typ=ANCHOR_TYPE)
@@ -89,7 +106,13 @@ def read_anchor(token: str, *, jwks: dict[str, Any], issuer: str, tenant_id: str
         raise AnchorInvalid("it carries no valid chain position and hash")
     if tenant != tenant_id:
         raise AnchorInvalid(f"it anchors tenant {tenant!r}, not {tenant_id!r}")
+    start_seq, start_hash = claims.get("start_seq"), claims.get("start_hash")
+    if (start_seq, start_hash) != (None, None) and (
+        type(start_seq) is not int or not 0 <= start_seq <= seq
+        or not isinstance(start_hash, str) or not _HASH.fullmatch(start_hash)
+    ):
+        raise AnchorInvalid("it carries no valid chain start")
     return Anchor(
         tenant_id=tenant, chain_seq=seq, chain_hash=link, issued_at=datetime.fromtimestamp(claims["iat"], UTC),
-        key_id=str(header["kid"]),
+        key_id=str(header["kid"]), start_seq=start_seq, start_hash=start_hash,
     )

@@ -14,7 +14,8 @@ In one transaction, holding the sealers' turn (no batch is sealed meanwhile):
 3. a month with a row still not sealed (its transaction was running; it is above the
    watermark, without a link) is kept, and so is every later month: only the oldest months go;
 4. per tenant, the chain's start (``anchor_seq`` in ``audit_chains``, its hash the chain hash
-   there) moves to the highest position below which every row goes (see below); the links up
+   there) moves to the highest position below which every row goes (see below), keeping the
+   link it replaces (``start_*``: verify checks the start's hash and month against it); the links up
    to it (``audit_links``) are deleted, which the database allows only behind the anchor; the
    prune is audited in each tenant's chain (``audit_prune``: ``through_chain_seq`` is the new
    start, ``months`` the months dropped), and ``audit verify`` accepts a start only with it;
@@ -42,6 +43,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -172,19 +174,29 @@ async def _prune_once(conn: AsyncConnection, *, cutoff: datetime, now: datetime)
                 link.tenant_id == tenant_id, link.created_at >= end, link.chain_seq < cut
             )
         )
-        start, start_hash = chain.anchor_seq, chain.anchor_hash
+        start = chain.anchor_seq
+        moved: dict[str, Any] = {}
         if (cut if kept is None else kept - 1) > start:
             start = cut if kept is None else kept - 1
-            start_hash = await conn.scalar(
-                sa.select(link.chain_hash).where(link.tenant_id == tenant_id, link.chain_seq == start)
-            )
+            # The start keeps the link it replaces: verify recomputes the start's hash from it,
+            # and its time, before the oldest month kept, says that it was a dropped month's.
+            gone = (
+                await conn.execute(
+                    sa.select(link.chain_hash, link.prev_hash, link.content_hash, link.created_at, link.hash_version)
+                    .where(link.tenant_id == tenant_id, link.chain_seq == start)
+                )
+            ).one()
+            moved = {
+                "anchor_seq": start, "anchor_hash": gone.chain_hash, "start_prev_hash": gone.prev_hash,
+                "start_content_hash": gone.content_hash, "start_linked_at": gone.created_at,
+                "start_hash_version": gone.hash_version,
+            }
         # The anchor moves first: the database deletes only links already behind their
         # tenant's anchor (migration 0013).
         await conn.execute(
             sa.update(audit_chains)
             .where(audit_chains.c.tenant_id == tenant_id)
-            .values(anchor_seq=start, anchor_hash=start_hash,
-                    pruned_rows=audit_chains.c.pruned_rows + count, updated_at=now)
+            .values(**moved, pruned_rows=audit_chains.c.pruned_rows + count, updated_at=now)
         )
         await conn.execute(sa.delete(audit_links).where(link.tenant_id == tenant_id, link.chain_seq <= start))
         await append_audit(

@@ -14,8 +14,10 @@ its month.
 The stored start (``audit_chains.anchor_seq`` and its hash) is trusted only for what is gone:
 no link may be left at or before it (a prune deletes them all, and keeps every row after it
 chained: ``gateway/audit/prune.py``), and a start after position 0 must be the one the
-tenant's last ``audit_prune`` record names. Anyone who can write to the database can move the
-stored start; they cannot move it over rows still there.
+tenant's last ``audit_prune`` record names, and hash to the link the prune removed there, whose
+time lies in a dropped month (``_unproven_start``). Anyone who can write to the database can
+move the stored start; they cannot move it over rows still there, nor over rows of a month
+still kept that they deleted with their links.
 
 With a signed anchor (``gateway/audit/anchor.py``) it also checks that the row at the
 anchor's position still has the chain hash the anchor signed: the stored head can be
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -53,6 +56,40 @@ _OLDEST_PARTITION = sa.text(
 )
 """Where the oldest partition of ``audit_events`` still attached begins, by its bounds (the
 default partition has none)."""
+
+
+def _unproven_start(
+    chain: Any, start_seq: int, start_hash: str, kept_from: datetime | None, anchor: Anchor | None
+) -> str | None:
+    """Why the stored start (after position 0) cannot be a prune's, or None.
+
+    A prune keeps the link it removed at the start (migration 0024): the start's hash must be
+    that link's, and the link's time before the oldest month kept — which only dropping that
+    month's partition moves, and never over rows of a month still kept. A start an earlier
+    release moved keeps no link: it is taken as it stands, but not where a signed anchor that
+    names the start shows that it moved since."""
+    if chain.start_linked_at is None:
+        if anchor is not None and anchor.start_seq is not None and (anchor.start_seq, anchor.start_hash) != (
+            start_seq, start_hash
+        ):
+            return (
+                f"the chain's start moved from position {anchor.start_seq}, where the signed anchor saw it, to "
+                f"{start_seq}, and keeps no link of a dropped month's row to show for it"
+            )
+        return None
+    version = chain.start_hash_version
+    try:
+        kept_link = link_hash(start_seq, chain.start_prev_hash, chain.start_content_hash, chain.start_linked_at, version)
+    except (ValueError, TypeError):  # a version no release wrote, a time without a zone, a field missing
+        kept_link = None
+    if kept_link != start_hash:
+        return "the chain's start does not hash to the link it keeps: the start or that link was changed"
+    if version >= 2 and kept_from is not None and chain.start_linked_at >= kept_from:
+        return (
+            f"the chain's start is the link of a row written {chain.start_linked_at.isoformat()}, in a month still "
+            f"kept (from {kept_from.isoformat()}): a prune moves the start only over months it drops"
+        )
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +132,8 @@ class VerifyReport:
     """What broke when it is no row: the chain head (default), its start or the signed anchor."""
     pruned_rows: int = 0
     """Of the rows verified, those whose month was dropped: checked by their links."""
+    start_hash: str = ""
+    """The chain hash the chain starts from (at ``anchor_seq``)."""
 
     @property
     def ok(self) -> bool:
@@ -158,6 +197,7 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
             tenant_id=tenant_id, verified_rows=verified, unsealed_rows=pending, anchor_seq=anchor_seq,
             head_seq=head_seq, head_hash=head_hash, broken_row_id=row_id, broken_seq=seq, reason=reason,
             oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at, signed_anchor=anchor, broken_at=at,
+            start_hash=anchor_hash,
         )
 
     def differs_from_anchor(row_id: int | None, verified: int) -> VerifyReport:
@@ -205,6 +245,10 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
     # first link after the start always has its row: a prune that leaves links of pruned rows
     # puts the start just below the kept row they follow).
     kept_from = await conn.scalar(_OLDEST_PARTITION)
+    if anchor_seq:
+        moved = _unproven_start(chain, anchor_seq, anchor_hash, kept_from, anchor)
+        if moved is not None:
+            return broken(None, anchor_seq, moved, 0, "the chain's start")
     settled = False
     expected_seq, prev = anchor_seq + 1, anchor_hash
     verified = pruned_rows = 0
@@ -303,5 +347,5 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
     return VerifyReport(
         tenant_id=tenant_id, verified_rows=verified, unsealed_rows=pending, anchor_seq=anchor_seq,
         head_seq=head_seq, head_hash=head_hash, oldest_unsealed_at=oldest_unsealed_at, checked_at=checked_at,
-        signed_anchor=anchor, pruned_rows=pruned_rows,
+        signed_anchor=anchor, pruned_rows=pruned_rows, start_hash=anchor_hash,
     )

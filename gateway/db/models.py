@@ -318,6 +318,13 @@ class AuditChain(Base):
     head_hash: Mapped[str] = mapped_column(sa.String(64))
     anchor_seq: Mapped[int] = mapped_column(BigIntId)
     anchor_hash: Mapped[str] = mapped_column(sa.String(64))
+    start_prev_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    start_content_hash: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
+    start_linked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    start_hash_version: Mapped[int | None] = mapped_column(sa.SmallInteger, nullable=True)
+    """The link a prune removed at the chain's start (``anchor_seq``): ``anchor_hash`` is its
+    chain hash, and its time lies in a dropped month (migration 0024). NULL at the genesis, and
+    for a start an earlier release moved."""
     pruned_rows: Mapped[int] = mapped_column(BigIntId, server_default=sa.text("0"))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 

@@ -43,12 +43,27 @@ async def _hash_at(db: Database, seq: int, tenant: str = "acme") -> str:
         ))
 
 
-async def _move_start(db: Database, seq: int, start_hash: str, tenant: str = "acme") -> None:
+async def _link_at(db: Database, seq: int, tenant: str = "acme") -> Any:
+    async with db.connect() as conn:
+        return (await conn.execute(
+            sa.select(audit_links).where(audit_links.c.tenant_id == tenant, audit_links.c.chain_seq == seq)
+        )).one()
+
+
+_UNCHANGED: Any = object()
+
+
+async def _move_start(db: Database, seq: int, start_hash: str, tenant: str = "acme", *, kept: Any = _UNCHANGED) -> None:
+    """Set the stored start as an owner can; ``kept``: the link it claims to have replaced (a
+    link row, or None for none, as an earlier release left it)."""
+    values: dict[str, Any] = {"anchor_seq": seq, "anchor_hash": start_hash}
+    if kept is not _UNCHANGED:
+        values |= {
+            "start_prev_hash": kept and kept.prev_hash, "start_content_hash": kept and kept.content_hash,
+            "start_linked_at": kept and kept.created_at, "start_hash_version": kept and kept.hash_version,
+        }
     async with db.begin() as conn:  # audit_chains has no trigger
-        await conn.execute(
-            sa.update(audit_chains).where(audit_chains.c.tenant_id == tenant)
-            .values(anchor_seq=seq, anchor_hash=start_hash)
-        )
+        await conn.execute(sa.update(audit_chains).where(audit_chains.c.tenant_id == tenant).values(**values))
 
 
 @pytest.mark.postgres
@@ -112,11 +127,19 @@ async def test_a_start_moved_past_the_one_the_last_prune_recorded_is_caught(db):
     await AuditSealer(db).seal_pending()
     assert (await _verify(db)).ok
 
-    hash_at_5 = await _hash_at(db, 5)
+    link_5 = await _link_at(db, 5)
     async with _tampering(db) as conn:
         await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:2])))
         await conn.execute(sa.delete(audit_links).where(audit_links.c.audit_id.in_(ids[:2])))
-    await _move_start(db, 5, hash_at_5)
+    await _move_start(db, 5, link_5.chain_hash)
+    report = await _verify(db)  # the start keeps the link the prune removed at 3
+    assert not report.ok and "the chain's start does not hash to the link it keeps" in report.describe()
+
+    await _move_start(db, 5, link_5.chain_hash, kept=link_5)  # and the link it replaced, written as kept
+    report = await _verify(db)
+    assert not report.ok and "in a month still kept" in report.describe()
+
+    await _move_start(db, 5, link_5.chain_hash, kept=None)  # or none, as an earlier release kept
     report = await _verify(db)
     assert not report.ok and "the tenant's last audit_prune row names position 3" in report.describe()
 
@@ -289,3 +312,65 @@ async def test_a_chain_sealed_by_the_release_before_goes_on_in_version_2_and_ver
     assert await _versions(db) == [1, 1, 1, 2, 2]
     report = await _verify(db)
     assert report.ok and report.verified_rows == 5, report.describe()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kept_link", ["none", "of-the-new-start"])
+async def test_rows_of_a_kept_month_removed_before_a_signed_anchor_behind_a_moved_start_are_caught(
+    pg_url, tmp_path, kept_link
+):
+    """The fourth review's reproduction: twenty rows of this month sealed and anchored at 20;
+    then, as the owner, the start moved to position 12 with its true chain hash, the links and
+    rows up to it deleted, and a prune record naming 12 written. The start's hash is genuine
+    and the chain after it intact: only the start's time (a month still kept), or its having
+    moved since the anchor saw it, gives it away."""
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    anchor_file = tmp_path / "acme.anchor"
+    try:
+        ids = await _insert(db, [_row(n=i) for i in range(20)])
+        assert await AuditSealer(db).seal_pending() == 20
+        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+        assert anchored.returncode == 0 and "anchored chain position 20" in anchored.stdout, anchored.stderr
+
+        link_12 = await _link_at(db, 12)
+        await _move_start(db, 12, link_12.chain_hash, kept=link_12 if kept_link == "of-the-new-start" else None)
+        async with _tampering(db) as conn:
+            await conn.execute(sa.delete(audit_links).where(audit_links.c.chain_seq <= 12))
+            await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:12])))
+        forged = {"through_chain_seq": 12, "removed_rows": 12, "months": ["2020-01"]}
+        await _insert(db, [_row(n=99, kind="audit_prune", detail=forged)])
+        await AuditSealer(db).seal_pending()
+
+        caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+        assert caught.returncode == 1, caught.stdout + caught.stderr
+        assert "BROKEN at the chain's start (chain position 12)" in caught.stdout
+        assert ("in a month still kept" if kept_link == "of-the-new-start"
+                else "moved from position 0, where the signed anchor saw it, to 12") in caught.stdout
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.postgres
+async def test_an_anchor_taken_before_a_prune_still_verifies_after_it(pg_url, tmp_path):
+    await seeded(pg_url)
+    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+    anchor_file = tmp_path / "acme.anchor"
+    try:
+        old = months_ago(5)
+        await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(3)])
+        await _insert(db, [_row(n=i) for i in range(3, 6)])
+        await AuditSealer(db).seal_pending()
+        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+        assert anchored.returncode == 0 and "anchored chain position 6" in anchored.stdout, anchored.stderr
+        assert (await prune(db, older_than=parse_age("90d"))).tenants[0].anchor_seq == 3
+        await AuditSealer(db).seal_pending()
+        async with db.connect() as conn:
+            chain = (await conn.execute(sa.select(audit_chains))).one()
+        assert chain.start_linked_at == old + timedelta(seconds=2)  # the dropped month's last row's link
+
+        verified = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert "unchanged up to the signed anchor at chain position 6" in verified.stdout
+    finally:
+        await db.dispose()
