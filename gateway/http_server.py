@@ -20,9 +20,11 @@ before any authentication. A head larger than ``GATEWAY_MAX_HEAD_BYTES`` is answ
 (or after the connection opened) is answered ``408 INVALID_REQUEST``, and a connection that
 never sent a byte in that time is closed. Either way the connection is closed. A head's bytes
 are counted as they are fed to the parser, request after request, so pipelined requests are
-counted each on its own; a head that begins in the read that ends the request before it (its
-bytes fed with that request's body) is counted by the parser's callbacks, and its clock starts
-at its first byte all the same. A refusal while requests before it are still being answered
+counted each on its own (a read is fed only up to the end of a body of declared length, the
+rest as a head; a head that begins in bytes fed with the request before it is counted by the
+parser's callbacks, or as the whole read after a chunked body), and its clock starts at its
+first byte all the same. A request answered before its body ended (a 413) leaves its next
+head a clock too: the body's last bytes stopped uvicorn's keep-alive timer. A refusal while requests before it are still being answered
 (pipelined) waits for their answers: they may have run, and a client must not take the
 refusal for theirs. A body must arrive within ``GATEWAY_BODY_TIMEOUT_S`` of its head (of the
 moment its request may be read, when it waits behind a pipelined one), also
@@ -187,8 +189,10 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
     _head_bytes = 0
     """Bytes of the head being read, counted as they are fed to the parser while a head is
-    read, and by the parser's callbacks for a head that begins within a read that finished
-    the request before it (its bytes went to the parser with that request's body)."""
+    read. A read is fed only up to the end of a body of declared length; a head that begins
+    within bytes fed with the request before it (the piece that ended a head and its short
+    body, a chunked body's end) is counted by the parser's callbacks, and after a chunked body
+    as the whole read: such a head may reach at most about twice the limit."""
     _head_begun = False
     """The parser met the first byte of a request line (reset when the request is complete)."""
     _finished_in_feed = False
@@ -197,6 +201,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     _reading_head = True
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    _body_left: int | None = None
+    """Of a body with a ``Content-Length``, the bytes still to come (``None``: none declared,
+    or chunked): a read is fed to the parser only up to the body's end, the rest as a head."""
     _oversized = False
     """A head past the limit arrived whole within one feed: the request is refused, not run."""
     _deferred: tuple[int, ErrorCode, str] | None = None
@@ -208,7 +215,20 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
             return  # the connection ends once the answers before the refusal are out
         while data:
             if not self._reading_head:
+                left = self._body_left
+                if left is not None and len(data) > left:
+                    # The body ends within this read: the rest is the next request's, fed (and
+                    # its head counted) as a head.
+                    self._feed(data[:left])
+                    data = data[left:]
+                    if self.transport.is_closing() or self._deferred is not None:
+                        return
+                    continue
                 self._feed(data)
+                if self._reading_head and self._head_begun and left is None:
+                    # A chunked body ended within this read, and a head began after it: its
+                    # bytes are at most the read's (an open header is not reported yet).
+                    self._head_bytes = max(self._head_bytes, len(data))
                 if self._oversized or (self._reading_head and self._head_bytes > HeadLimits.max_bytes):
                     self._refuse(431, ErrorCode.HEADERS_TOO_LARGE, "The request line and headers are too large.")
                     return
@@ -259,6 +279,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._finished_in_feed:
             self._head_bytes += len(name) + len(value) + 4
+        if self._reading_head and name.lower() == b"content-length":
+            self._body_left = int(value)  # the parser refuses a length that is not digits, or two
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -274,6 +296,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
+        if self._body_left is not None:
+            self._body_left -= len(body)
         if not self._oversized:
             super().on_body(body)
 
@@ -285,10 +309,22 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         self._head_begun = False
         self._finished_in_feed = True
         self._head_bytes = 0
+        self._body_left = None
         self._disarm_body_timer()
+        if self.cycle is not None and self.cycle.response_complete and self._head_timer is None:
+            # Answered before its body ended (a 413, a 404): uvicorn's keep-alive clock ran from
+            # the answer, and the body's last bytes stopped it. The next head gets its clock
+            # now, and a connection that sends none is closed when it runs out.
+            self._arm_head_timer()
 
     def on_response_complete(self) -> None:
+        waiting = bool(self.pipeline)
         super().on_response_complete()
+        if waiting and not self._reading_head and self._body_timer is not None:
+            # The next request, whose body is still to come, may be read from now: its body
+            # gets the whole of its deadline from here.
+            self._disarm_body_timer()
+            self._body_timer = self.loop.call_later(HeadLimits.body_timeout_s, self._body_timed_out)
         if self._deferred is not None and not self._answering() and not self.transport.is_closing():
             status, code, message = self._deferred
             self._deferred = None

@@ -387,6 +387,40 @@ def test_a_head_begun_in_the_write_that_ends_a_body_has_its_deadline_and_its_lim
     assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
 
 
+def test_a_head_begun_after_a_body_and_left_open_across_reads_is_bounded(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n")
+        time.sleep(0.2)
+        client.sendall(b"hello" + b"GET /small HTTP/1.1\r\nx-a: " + b"a" * 10_000)  # a header still open
+        buffer = bytearray()
+        assert read_response(client, buffer)[1] == b"5"
+        # Refused without the head's end: its bytes after the body are counted as they come.
+        status, _ = _refusal(bytes(buffer) + read_to_end(client))
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+
+
+def test_a_head_begun_after_a_chunked_body_in_the_same_read_is_bounded_by_that_read(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
+        time.sleep(0.2)
+        client.sendall(b"5\r\nhello\r\n0\r\n\r\n" + b"GET /small HTTP/1.1\r\nx-a: " + b"a" * 10_000)
+        buffer = bytearray()
+        assert read_response(client, buffer)[1] == b"5"
+        status, _ = _refusal(bytes(buffer) + read_to_end(client))
+    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+
+
+def test_a_connection_answered_before_its_body_ended_is_closed_when_idle(server, head_limits):
+    with server.connect() as client:
+        client.sendall(b"POST /small HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nbody")
+        assert read_response(client, bytearray())[1] == b"hello"
+        time.sleep(0.2)
+        client.sendall(b"y")  # the body's last byte: after it, nothing
+        started = time.monotonic()
+        assert _closed_without_an_answer(client)
+    assert time.monotonic() - started < 5  # the head's deadline (0.5 s), not the socket's 10 s
+
+
 @pytest.mark.parametrize(
     ("following", "refused"),
     [(b"GET /small HTTP/1.1\r\nhost: x\r\n", b"HTTP/1.1 408 Request Timeout"),
@@ -412,5 +446,6 @@ def test_a_body_waiting_behind_a_pipelined_request_gets_its_deadline_once_it_may
                        b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n")
         buffer = bytearray()
         assert read_response(client, buffer)[1] == b"slow"  # 1.5 s: past the 1 s body deadline
+        time.sleep(0.6)  # within a whole deadline from the moment the body may be read
         client.sendall(b"hello")
         assert read_response(client, buffer)[1] == b"5"
