@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,33 +22,54 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "outcome", "duration_ms", "approval_id", "request_id", "error_id", "detail",
     "chain_seq", "content_hash", "prev_hash", "chain_hash", "hash_version",
 )
-_arguments = audit_events.c.arguments
-SHOWN_ARGUMENTS_SHA256 = sa.case(
-    (
+_REDACTED_VALUE = sa.literal_column(f"""'$.** ? (@ == "{REDACTED}")'::jsonpath""")
+
+
+def _arguments_hidden(events: Any) -> sa.ColumnElement[bool]:
+    """The row's arguments are hashed but not shown whole: a field redacted as sensitive, or
+    refused and never stored."""
+    arguments = events.c.arguments
+    return sa.and_(
+        events.c.arguments_sha256.is_not(None),
         sa.or_(
-            _arguments.is_(None),
-            sa.func.jsonb_typeof(_arguments) != "object",
-            sa.func.jsonb_path_exists(_arguments, sa.literal_column(f"""'$.** ? (@ == "{REDACTED}")'::jsonpath""")),
+            arguments.is_(None),
+            sa.func.jsonb_typeof(arguments) != "object",
+            sa.func.jsonb_path_exists(arguments, _REDACTED_VALUE),
         ),
-        sa.null(),
-    ),
-    else_=audit_events.c.arguments_sha256,
-).label("arguments_sha256")
-"""A row's ``arguments_sha256`` as a reader is shown it: only beside the arguments it hashes,
-whole. A hash of a value the reader does not see (a field redacted as sensitive, arguments
-refused and never stored) would let anyone test guesses of that value against it, offline;
-the row keeps it (the chain covers it) and ``audit verify`` reads it."""
+    )
 
-_detail = audit_events.c.detail
-SHOWN_DETAIL = sa.case(
-    (sa.func.jsonb_typeof(_detail) == "object", _detail.op("-")(sa.literal_column("'stored_arguments_sha256'"))),
-    else_=_detail,
-).label("detail")
-"""A row's ``detail`` as a reader is shown it: a conflict's ``stored_arguments_sha256`` (the hash
-of the earlier call's arguments, redacted or not) stays in the row; the earlier call's own row
-shows it where it may be shown."""
 
-_SHOWN = {"arguments_sha256": SHOWN_ARGUMENTS_SHA256, "detail": SHOWN_DETAIL}
+def _hides_a_hashed_value(events: Any) -> sa.ColumnElement[bool]:
+    """The row holds a hash of something the reader is not shown: of its hidden arguments, or
+    a conflict's of the stored call's. Its content and chain hashes cover that hash, so they
+    would test guesses as well as the hash itself."""
+    return sa.or_(
+        _arguments_hidden(events),
+        sa.func.coalesce(events.c.detail.op("?")(sa.literal_column("'stored_arguments_sha256'")), False),
+    )
+
+
+def _unless(condition: sa.ColumnElement[bool], column: Any, name: str) -> sa.Label[Any]:
+    return sa.case((condition, sa.null()), else_=column).label(name)
+
+
+_hidden = _hides_a_hashed_value(audit_events)
+_SHOWN: dict[str, Any] = {
+    "arguments_sha256": _unless(_arguments_hidden(audit_events), audit_events.c.arguments_sha256, "arguments_sha256"),
+    "detail": sa.case(
+        (sa.func.jsonb_typeof(audit_events.c.detail) == "object",
+         audit_events.c.detail.op("-")(sa.literal_column("'stored_arguments_sha256'"))),
+        else_=audit_events.c.detail,
+    ).label("detail"),
+    "content_hash": _unless(_hidden, audit_links.c.content_hash, "content_hash"),
+    "chain_hash": _unless(_hidden, audit_links.c.chain_hash, "chain_hash"),
+}
+"""What a reader is shown of a row (the API's listing and export): what the row keeps, but
+no hash of a value the reader does not see. The sha256 of a four-digit PIN is the PIN to
+anyone who tries the 10,000, and so is any hash that covers it (content, chain, and the next
+row's previous hash: ``page`` withholds that one). Such a row keeps them all, the chain covers
+them, and ``audit verify`` checks them; the reader can check the rest."""
+
 _columns = tuple(
     _SHOWN.get(name, audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name])
     for name in EXPORT_COLUMNS
@@ -102,4 +124,38 @@ async def page(
 ) -> tuple[list[Any], bool]:
     """One page of ``limit`` rows and whether more follow."""
     rows = list((await conn.execute(select_rows(tenant_id, filters, before_id=before_id).limit(limit + 1))).all())
-    return rows[:limit], len(rows) > limit
+    more = len(rows) > limit
+    return await _previous_hashes_shown(conn, tenant_id, rows[:limit]), more
+
+
+async def _previous_hashes_shown(conn: AsyncConnection, tenant_id: str, rows: list[Any]) -> list[Any]:
+    """``rows`` with ``prev_hash`` withheld where the previous row of the chain withholds its
+    chain hash (which ``prev_hash`` is). The previous rows are found by their links, then read
+    by id and time: each in its month's partition only."""
+    before = {row.chain_seq - 1 for row in rows if row.prev_hash is not None and row.chain_seq > 1}
+    if not before:
+        return rows
+    links = (await conn.execute(
+        sa.select(audit_links.c.chain_seq, audit_links.c.audit_id, audit_links.c.created_at)
+        .where(audit_links.c.tenant_id == tenant_id, audit_links.c.chain_seq.in_(before))
+    )).all()
+    if not links:
+        return rows
+    events = audit_events.c
+    hiding = {
+        (row.id, row.created_at)
+        for row in (await conn.execute(
+            sa.select(events.id, events.created_at).where(
+                events.tenant_id == tenant_id,
+                events.id.in_({link.audit_id for link in links}),
+                events.created_at.in_({link.created_at for link in links}),
+                _hides_a_hashed_value(audit_events),
+            )
+        )).all()
+    }
+    hidden_seqs = {link.chain_seq for link in links if (link.audit_id, link.created_at) in hiding}
+    return [
+        SimpleNamespace(**{**row._mapping, "prev_hash": None}) if row.chain_seq is not None
+        and row.chain_seq - 1 in hidden_seqs else row
+        for row in rows
+    ]

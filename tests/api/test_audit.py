@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.audit.sealer import AuditSealer
 from tests.support import db
 from tests.support.approvals import CAROL, approve, reject, request_approval
 from tests.support.calls import batch, create_run, send, send_one, tool_call
@@ -83,6 +84,18 @@ async def test_a_reader_is_shown_an_arguments_hash_only_beside_the_whole_argumen
                      ("refused", "tool_call"): None, ("pin", "tool_call_conflict"): sha(b'{"a":1,"b":3}')}
     conflict = next(item for item in listed.json()["items"] if item["kind"] == "tool_call_conflict")
     assert conflict["detail"] == {"stored_tool": "login"}  # not the stored call's hash
+
+    # Sealed, the hashes that cover a hidden one are withheld with it: content and chain hash,
+    # and the next row's previous hash (each would test a guess as well).
+    async with db.open_database(database_url) as database:
+        await AuditSealer(database).seal_pending()
+    items = sorted((await client.get("/v1/admin/audit/", params={"run": run["id"]}, headers=CAROL)).json()["items"],
+                   key=lambda item: item["chain_seq"])
+    hiding = [item["arguments_sha256"] is None or item["kind"] == "tool_call_conflict" for item in items]
+    assert hiding == [True, False, True, True]  # pin, plain, refused, the conflict naming pin's hash
+    for item, hides, after_hiding in zip(items, hiding, [False, *hiding[:-1]], strict=True):
+        assert (item["content_hash"] is None, item["chain_hash"] is None) == (hides, hides)
+        assert (item["prev_hash"] is None) == after_hiding
     for fmt in ("jsonl", "csv"):
         exported = await client.get("/v1/admin/audit/export", params={"run": run["id"], "format": fmt}, headers=CAROL)
         assert exported.status_code == 200
