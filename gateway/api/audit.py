@@ -56,6 +56,7 @@ class AuditItem(msgspec.Struct):
     chain_seq: int | None
     """Position in the tenant's hash chain; ``null`` until the sealer links the row."""
     content_hash: str | None
+    """``null``: the chain's hashes cover hidden values of earlier rows; ``gateway audit verify`` checks them."""
     prev_hash: str | None
     chain_hash: str | None
     hash_version: int | None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,36 +38,24 @@ def _arguments_hidden(events: Any) -> sa.ColumnElement[bool]:
     )
 
 
-def _hides_a_hashed_value(events: Any) -> sa.ColumnElement[bool]:
-    """The row holds a hash of something the reader is not shown: of its hidden arguments, or
-    a conflict's of the stored call's. Its content and chain hashes cover that hash, so they
-    would test guesses as well as the hash itself."""
-    return sa.or_(
-        _arguments_hidden(events),
-        sa.func.coalesce(events.c.detail.op("?")(sa.literal_column("'stored_arguments_sha256'")), False),
-    )
-
-
-def _unless(condition: sa.ColumnElement[bool], column: Any, name: str) -> sa.Label[Any]:
-    return sa.case((condition, sa.null()), else_=column).label(name)
-
-
-_hidden = _hides_a_hashed_value(audit_events)
 _SHOWN: dict[str, Any] = {
-    "arguments_sha256": _unless(_arguments_hidden(audit_events), audit_events.c.arguments_sha256, "arguments_sha256"),
+    "arguments_sha256": sa.case(
+        (_arguments_hidden(audit_events), sa.null()), else_=audit_events.c.arguments_sha256
+    ).label("arguments_sha256"),
     "detail": sa.case(
         (sa.func.jsonb_typeof(audit_events.c.detail) == "object",
          audit_events.c.detail.op("-")(sa.literal_column("'stored_arguments_sha256'"))),
         else_=audit_events.c.detail,
     ).label("detail"),
-    "content_hash": _unless(_hidden, audit_links.c.content_hash, "content_hash"),
-    "chain_hash": _unless(_hidden, audit_links.c.chain_hash, "chain_hash"),
+    # Every chain hash covers every row before it in the tenant's chain, and so any hash of a
+    # hidden value there: given the rows' other fields, each would test guesses of that value.
+    # They are the operator's (``gateway audit verify``, the console's chain check).
+    **{name: sa.null().label(name) for name in ("content_hash", "prev_hash", "chain_hash")},
 }
-"""What a reader is shown of a row (the API's listing and export): what the row keeps, but
-no hash of a value the reader does not see. The sha256 of a four-digit PIN is the PIN to
-anyone who tries the 10,000, and so is any hash that covers it (content, chain, and the next
-row's previous hash: ``page`` withholds that one). Such a row keeps them all, the chain covers
-them, and ``audit verify`` checks them; the reader can check the rest."""
+"""What a reader is shown of a row (the API's listing and export, the console): what the row
+keeps, but no hash of a value the reader does not see. The sha256 of a four-digit PIN is the
+PIN to anyone who tries the 10,000, and so is any hash that covers it. The row keeps them all,
+the chain covers them, and ``audit verify`` checks them."""
 
 _columns = tuple(
     _SHOWN.get(name, audit_links.c[name] if name in CHAIN_FIELDS else audit_events.c[name])
@@ -124,38 +111,4 @@ async def page(
 ) -> tuple[list[Any], bool]:
     """One page of ``limit`` rows and whether more follow."""
     rows = list((await conn.execute(select_rows(tenant_id, filters, before_id=before_id).limit(limit + 1))).all())
-    more = len(rows) > limit
-    return await _previous_hashes_shown(conn, tenant_id, rows[:limit]), more
-
-
-async def _previous_hashes_shown(conn: AsyncConnection, tenant_id: str, rows: list[Any]) -> list[Any]:
-    """``rows`` with ``prev_hash`` withheld where the previous row of the chain withholds its
-    chain hash (which ``prev_hash`` is). The previous rows are found by their links, then read
-    by id and time: each in its month's partition only."""
-    before = {row.chain_seq - 1 for row in rows if row.prev_hash is not None and row.chain_seq > 1}
-    if not before:
-        return rows
-    links = (await conn.execute(
-        sa.select(audit_links.c.chain_seq, audit_links.c.audit_id, audit_links.c.created_at)
-        .where(audit_links.c.tenant_id == tenant_id, audit_links.c.chain_seq.in_(before))
-    )).all()
-    if not links:
-        return rows
-    events = audit_events.c
-    hiding = {
-        (row.id, row.created_at)
-        for row in (await conn.execute(
-            sa.select(events.id, events.created_at).where(
-                events.tenant_id == tenant_id,
-                events.id.in_({link.audit_id for link in links}),
-                events.created_at.in_({link.created_at for link in links}),
-                _hides_a_hashed_value(audit_events),
-            )
-        )).all()
-    }
-    hidden_seqs = {link.chain_seq for link in links if (link.audit_id, link.created_at) in hiding}
-    return [
-        SimpleNamespace(**{**row._mapping, "prev_hash": None}) if row.chain_seq is not None
-        and row.chain_seq - 1 in hidden_seqs else row
-        for row in rows
-    ]
+    return rows[:limit], len(rows) > limit
