@@ -49,13 +49,23 @@ transaction open longer than this would make verify report a real prune as broke
 
 _OLDEST_PARTITION = sa.text(
     r"""
-    SELECT min(substring(pg_get_expr(c.relpartbound, c.oid) FROM $$FROM \('([^']*)'\)$$)::timestamptz)
-      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-     WHERE i.inhparent = 'audit_events'::regclass
+    WITH bounds AS (
+        SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM $$FROM \('([^']*)'\)$$)::timestamptz AS lower
+          FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'audit_events'::regclass
+    )
+    SELECT least(
+               (SELECT min(lower) FROM bounds),
+               (SELECT date_trunc('month', min(d.created_at), 'UTC') FROM audit_events_default d)
+           ),
+           coalesce((SELECT bool_and(lower = date_trunc('month', lower, 'UTC')) FROM bounds WHERE lower IS NOT NULL),
+                    true)
     """
 )
-"""Where the oldest partition of ``audit_events`` still attached begins, by its bounds (the
-default partition has none)."""
+"""Where the oldest month still kept begins: the oldest partition of ``audit_events`` still
+attached, by its bounds, or the month of the oldest row in the default partition (which has
+none); and whether every partition begins at a month's start (only then do its bounds say
+which months are gone)."""
 
 
 def _unproven_start(
@@ -68,23 +78,25 @@ def _unproven_start(
     month's partition moves, and never over rows of a month still kept. A start an earlier
     release moved keeps no link: it is taken as it stands, but not where a signed anchor that
     names the start shows that it moved since."""
-    if chain.start_linked_at is None:
+    version = chain.start_hash_version
+    if chain.start_linked_at is None or version == 1:
+        # No link kept (an earlier release's prune), or one whose hash does not cover its time.
         if anchor is not None and anchor.start_seq is not None and (anchor.start_seq, anchor.start_hash) != (
             start_seq, start_hash
         ):
             return (
                 f"the chain's start moved from position {anchor.start_seq}, where the signed anchor saw it, to "
-                f"{start_seq}, and keeps no link of a dropped month's row to show for it"
+                f"{start_seq}, and keeps no link of a dropped month's row whose time its hash covers"
             )
-        return None
-    version = chain.start_hash_version
+        if chain.start_linked_at is None:
+            return None
     try:
         kept_link = link_hash(start_seq, chain.start_prev_hash, chain.start_content_hash, chain.start_linked_at, version)
     except (ValueError, TypeError):  # a version no release wrote, a time without a zone, a field missing
         kept_link = None
     if kept_link != start_hash:
         return "the chain's start does not hash to the link it keeps: the start or that link was changed"
-    if version >= 2 and kept_from is not None and chain.start_linked_at >= kept_from:
+    if version != 1 and kept_from is not None and chain.start_linked_at >= kept_from:
         return (
             f"the chain's start is the link of a row written {chain.start_linked_at.isoformat()}, in a month still "
             f"kept (from {kept_from.isoformat()}): a prune moves the start only over months it drops"
@@ -244,7 +256,14 @@ async def verify_chain(conn: AsyncConnection, *, tenant_id: str, anchor: Anchor 
     # come before pruned ones), and after the row the prune kept just past the start (the
     # first link after the start always has its row: a prune that leaves links of pruned rows
     # puts the start just below the kept row they follow).
-    kept_from = await conn.scalar(_OLDEST_PARTITION)
+    kept_from, months_aligned = (await conn.execute(_OLDEST_PARTITION)).one()
+    if not months_aligned:
+        return broken(
+            None, anchor_seq,
+            "a partition of audit_events does not begin at a month's start: its bounds were changed, and no "
+            "longer say which months were dropped",
+            0, "the audit's partitions",
+        )
     if anchor_seq:
         moved = _unproven_start(chain, anchor_seq, anchor_hash, kept_from, anchor)
         if moved is not None:

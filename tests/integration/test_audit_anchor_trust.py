@@ -131,8 +131,12 @@ async def test_a_start_moved_past_the_one_the_last_prune_recorded_is_caught(db):
     async with _tampering(db) as conn:
         await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:2])))
         await conn.execute(sa.delete(audit_links).where(audit_links.c.audit_id.in_(ids[:2])))
-    await _move_start(db, 5, link_5.chain_hash)
-    report = await _verify(db)  # the start keeps the link the prune removed at 3
+    await _move_start(db, 5, link_5.chain_hash)  # the link kept for 3 is cleared with the move
+    report = await _verify(db)
+    assert not report.ok and "the tenant's last audit_prune row names position 3" in report.describe()
+
+    await _move_start(db, 5, link_5.chain_hash, kept=await _link_at(db, 6))  # another position's link
+    report = await _verify(db)
     assert not report.ok and "the chain's start does not hash to the link it keeps" in report.describe()
 
     await _move_start(db, 5, link_5.chain_hash, kept=link_5)  # and the link it replaced, written as kept
@@ -315,7 +319,7 @@ async def test_a_chain_sealed_by_the_release_before_goes_on_in_version_2_and_ver
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("kept_link", ["none", "of-the-new-start"])
+@pytest.mark.parametrize("kept_link", ["none", "of-the-new-start", "version-1", "re-bounded-partition"])
 async def test_rows_of_a_kept_month_removed_before_a_signed_anchor_behind_a_moved_start_are_caught(
     pg_url, tmp_path, kept_link
 ):
@@ -330,23 +334,40 @@ async def test_rows_of_a_kept_month_removed_before_a_signed_anchor_behind_a_move
     try:
         ids = await _insert(db, [_row(n=i) for i in range(20)])
         assert await AuditSealer(db).seal_pending() == 20
+        if kept_link == "version-1":  # sealed by the release before 0022: a link's hash without its time
+            await relink_as_version_1(db)
         anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
         assert anchored.returncode == 0 and "anchored chain position 20" in anchored.stdout, anchored.stderr
 
         link_12 = await _link_at(db, 12)
-        await _move_start(db, 12, link_12.chain_hash, kept=link_12 if kept_link == "of-the-new-start" else None)
+        await _move_start(db, 12, link_12.chain_hash, kept=None if kept_link == "none" else link_12)
         async with _tampering(db) as conn:
             await conn.execute(sa.delete(audit_links).where(audit_links.c.chain_seq <= 12))
             await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:12])))
+        if kept_link == "re-bounded-partition":  # the month made to begin after the start's row
+            month = f"audit_events_p{link_12.created_at:%Y_%m}"
+            begin = (link_12.created_at + timedelta(microseconds=1)).isoformat()
+            end = month_start(-1).isoformat()
+            async with db.begin() as conn:
+                await conn.execute(sa.text(f"ALTER TABLE audit_events DETACH PARTITION {month}"))
+                await conn.execute(sa.text(
+                    f"ALTER TABLE audit_events ATTACH PARTITION {month} FOR VALUES FROM ('{begin}') TO ('{end}')"
+                ))
         forged = {"through_chain_seq": 12, "removed_rows": 12, "months": ["2020-01"]}
         await _insert(db, [_row(n=99, kind="audit_prune", detail=forged)])
         await AuditSealer(db).seal_pending()
 
         caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
         assert caught.returncode == 1, caught.stdout + caught.stderr
-        assert "BROKEN at the chain's start (chain position 12)" in caught.stdout
-        assert ("in a month still kept" if kept_link == "of-the-new-start"
-                else "moved from position 0, where the signed anchor saw it, to 12") in caught.stdout
+        said = {
+            "none": "BROKEN at the chain's start (chain position 12): the chain's start moved from position 0",
+            "of-the-new-start": "BROKEN at the chain's start (chain position 12): the chain's start is the link of a "
+                                "row written",
+            "version-1": "BROKEN at the chain's start (chain position 12): the chain's start moved from position 0",
+            "re-bounded-partition": "BROKEN at the audit's partitions (chain position 12): a partition of audit_events "
+                                    "does not begin at a month's start",
+        }[kept_link]
+        assert said in caught.stdout
     finally:
         await db.dispose()
 
@@ -374,3 +395,21 @@ async def test_an_anchor_taken_before_a_prune_still_verifies_after_it(pg_url, tm
         assert "unchanged up to the signed anchor at chain position 6" in verified.stdout
     finally:
         await db.dispose()
+
+
+
+async def test_a_start_moved_by_the_release_before_reads_as_its_own(db):
+    """During a rolling upgrade the release before may prune: it moves the start and leaves
+    the link an earlier prune of this release kept. The start then keeps none, as that
+    release's starts do, rather than one that no longer hashes to it."""
+    old = months_ago(5)
+    await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(3)])
+    await _insert(db, [_row(n=i) for i in range(3, 6)])
+    await AuditSealer(db).seal_pending()
+    await prune(db, older_than=parse_age("90d"))
+    async with db.begin() as conn:  # what the release before's prune writes: the start alone
+        await conn.execute(sa.update(audit_chains).values(anchor_seq=4, anchor_hash=await _hash_at(db, 4)))
+        chain = (await conn.execute(sa.select(audit_chains))).one()
+    assert (chain.start_prev_hash, chain.start_content_hash, chain.start_linked_at, chain.start_hash_version) == (
+        None, None, None, None
+    )
