@@ -366,48 +366,31 @@ def _closed_without_an_answer(client: socket.socket) -> bool:
         return True
 
 
-def test_a_head_begun_in_the_write_that_ends_a_body_has_its_deadline_and_its_limit(server, head_limits):
-    post = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n"
+POST_5 = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n"
+POST_CHUNKED = b"POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+BIG_HEAD = b"GET /small HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 10_000
+
+
+@pytest.mark.parametrize(
+    ("head", "rest", "refused"),
+    [(POST_5, b"hello" + b"GET /small HTTP/1.1\r\nx-a: b", b"HTTP/1.1 408 Request Timeout"),  # never ends
+     (POST_5, b"hello" + BIG_HEAD + b"\r\n\r\n", b"HTTP/1.1 431 Request Header Fields Too Large"),  # whole
+     (POST_5, b"hello" + BIG_HEAD, b"HTTP/1.1 431 Request Header Fields Too Large"),  # a header left open
+     (POST_CHUNKED, b"5\r\nhello\r\n0\r\n\r\n" + BIG_HEAD, b"HTTP/1.1 431 Request Header Fields Too Large")],
+    ids=["late", "too-large", "too-large-and-open", "too-large-after-a-chunked-body"],
+)
+def test_a_head_begun_in_the_write_that_ends_a_body_has_its_deadline_and_its_limit(
+    server, head_limits, head, rest, refused
+):
     with server.connect() as client:
-        client.sendall(post)
+        client.sendall(head)
         time.sleep(0.2)
-        client.sendall(b"hello" + b"GET /small HTTP/1.1\r\nx-a: b")  # the next head starts, never ends
+        client.sendall(rest)  # the body's end and the next head, in one write
         buffer = bytearray()
         assert read_response(client, buffer)[1] == b"5"
         started = time.monotonic()
-        status, body = _refusal(bytes(buffer) + read_to_end(client))
-    assert status == b"HTTP/1.1 408 Request Timeout" and time.monotonic() - started < 5
-    with server.connect() as client:
-        client.sendall(post)
-        time.sleep(0.2)
-        client.sendall(b"hello" + b"GET /small HTTP/1.1\r\nhost: x\r\nx-a: " + b"a" * 10_000 + b"\r\n\r\n")
-        buffer = bytearray()
-        assert read_response(client, buffer)[1] == b"5"
-        status, body = _refusal(bytes(buffer) + read_to_end(client))
-    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
-
-
-def test_a_head_begun_after_a_body_and_left_open_across_reads_is_bounded(server, head_limits):
-    with server.connect() as client:
-        client.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n")
-        time.sleep(0.2)
-        client.sendall(b"hello" + b"GET /small HTTP/1.1\r\nx-a: " + b"a" * 10_000)  # a header still open
-        buffer = bytearray()
-        assert read_response(client, buffer)[1] == b"5"
-        # Refused without the head's end: its bytes after the body are counted as they come.
         status, _ = _refusal(bytes(buffer) + read_to_end(client))
-    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
-
-
-def test_a_head_begun_after_a_chunked_body_in_the_same_read_is_bounded_by_that_read(server, head_limits):
-    with server.connect() as client:
-        client.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
-        time.sleep(0.2)
-        client.sendall(b"5\r\nhello\r\n0\r\n\r\n" + b"GET /small HTTP/1.1\r\nx-a: " + b"a" * 10_000)
-        buffer = bytearray()
-        assert read_response(client, buffer)[1] == b"5"
-        status, _ = _refusal(bytes(buffer) + read_to_end(client))
-    assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert status == refused and time.monotonic() - started < 5
 
 
 def test_a_connection_answered_before_its_body_ended_is_closed_when_idle(server, head_limits):
