@@ -4,6 +4,7 @@ even onto a signed anchor, is caught; and a row the prune keeps is still chained
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,11 +17,18 @@ from gateway.audit.prune import parse_age, prune
 from gateway.audit.sealer import AuditSealer, audit_chains, ensure_partitions
 from gateway.audit.verify import _OLDEST_PARTITION, verify_chain
 from gateway.db.engine import Database
-from gateway.settings import Settings
 from tests.conftest import seeded
 from tests.integration.test_audit_chain import _insert, _row, _signed, _tampering, _verify
 from tests.support.db import across_a_month_boundary, month_start, months_ago, open_database, relink_as_version_1
 from tests.support.processes import run_cli
+
+
+@pytest.fixture
+async def pg_db(pg_url: str) -> AsyncIterator[Database]:
+    """The demo tenants' database of ``pg_url`` (the one the CLI is run against), opened."""
+    await seeded(pg_url)
+    async with open_database(pg_url) as database:
+        yield database
 
 
 async def _relink_one(db: Database, row_id: int, **values: Any) -> None:
@@ -68,36 +76,31 @@ async def _move_start(db: Database, seq: int, start_hash: str, tenant: str = "ac
 
 @pytest.mark.postgres
 async def test_a_row_rewritten_before_a_signed_anchor_is_caught_when_the_start_is_moved_onto_the_anchor(
-    pg_url, tmp_path
+    pg_url, pg_db, tmp_path
 ):
     """The review's reproduction: seven rows, sealed and anchored at position 7; then, as the
     owner, row 4 rewritten with its own link recomputed, and the stored start set to the signed
     position and hash."""
-    await seeded(pg_url)
-    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     anchor_file = tmp_path / "acme.anchor"
-    try:
-        ids = await _insert(db, [_row(n=i) for i in range(7)])
-        assert await AuditSealer(db).seal_pending() == 7
-        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
-        assert anchored.returncode == 0 and "anchored chain position 7" in anchored.stdout, anchored.stderr
+    ids = await _insert(pg_db, [_row(n=i) for i in range(7)])
+    assert await AuditSealer(pg_db).seal_pending() == 7
+    anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+    assert anchored.returncode == 0 and "anchored chain position 7" in anchored.stdout, anchored.stderr
 
-        await _relink_one(db, ids[3], user_id="mallory")
-        await _move_start(db, 7, await _hash_at(db, 7))
+    await _relink_one(pg_db, ids[3], user_id="mallory")
+    await _move_start(pg_db, 7, await _hash_at(pg_db, 7))
 
-        caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
-        assert caught.returncode == 1, caught.stdout + caught.stderr
-        assert f"BROKEN at row id {ids[0]} (chain position 1)" in caught.stdout
-        assert "before the chain's stored start (position 7)" in caught.stdout
-        plain = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
-        assert plain.returncode == 1 and f"BROKEN at row id {ids[0]}" in plain.stdout
+    caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert f"BROKEN at row id {ids[0]} (chain position 1)" in caught.stdout
+    assert "before the chain's stored start (position 7)" in caught.stdout
+    plain = run_cli(pg_url, "audit", "verify", "--tenant", "acme")
+    assert plain.returncode == 1 and f"BROKEN at row id {ids[0]}" in plain.stdout
 
-        # With only the start moved back, the rewritten row breaks the chain at the next row.
-        await _move_start(db, 0, genesis_hash("acme"))
-        relinked = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
-        assert relinked.returncode == 1 and f"BROKEN at row id {ids[4]} (chain position 5)" in relinked.stdout
-    finally:
-        await db.dispose()
+    # With only the start moved back, the rewritten row breaks the chain at the next row.
+    await _move_start(pg_db, 0, genesis_hash("acme"))
+    relinked = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+    assert relinked.returncode == 1 and f"BROKEN at row id {ids[4]} (chain position 5)" in relinked.stdout
 
 
 async def test_rows_removed_with_their_links_and_a_start_no_prune_recorded_are_caught(db):
@@ -321,80 +324,70 @@ async def test_a_chain_sealed_by_the_release_before_goes_on_in_version_2_and_ver
 @pytest.mark.postgres
 @pytest.mark.parametrize("kept_link", ["none", "of-the-new-start", "version-1", "re-bounded-partition"])
 async def test_rows_of_a_kept_month_removed_before_a_signed_anchor_behind_a_moved_start_are_caught(
-    pg_url, tmp_path, kept_link
+    pg_url, pg_db, tmp_path, kept_link
 ):
     """The fourth review's reproduction: twenty rows of this month sealed and anchored at 20;
     then, as the owner, the start moved to position 12 with its true chain hash, the links and
     rows up to it deleted, and a prune record naming 12 written. The start's hash is genuine
     and the chain after it intact: only the start's time (a month still kept), or its having
     moved since the anchor saw it, gives it away."""
-    await seeded(pg_url)
-    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
     anchor_file = tmp_path / "acme.anchor"
-    try:
-        ids = await _insert(db, [_row(n=i) for i in range(20)])
-        assert await AuditSealer(db).seal_pending() == 20
-        if kept_link == "version-1":  # sealed by the release before 0022: a link's hash without its time
-            await relink_as_version_1(db)
-        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
-        assert anchored.returncode == 0 and "anchored chain position 20" in anchored.stdout, anchored.stderr
+    ids = await _insert(pg_db, [_row(n=i) for i in range(20)])
+    assert await AuditSealer(pg_db).seal_pending() == 20
+    if kept_link == "version-1":  # sealed by the release before 0022: a link's hash without its time
+        await relink_as_version_1(pg_db)
+    anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+    assert anchored.returncode == 0 and "anchored chain position 20" in anchored.stdout, anchored.stderr
 
-        link_12 = await _link_at(db, 12)
-        await _move_start(db, 12, link_12.chain_hash, kept=None if kept_link == "none" else link_12)
-        async with _tampering(db) as conn:
-            await conn.execute(sa.delete(audit_links).where(audit_links.c.chain_seq <= 12))
-            await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:12])))
-        if kept_link == "re-bounded-partition":  # the month made to begin after the start's row
-            month = f"audit_events_p{link_12.created_at:%Y_%m}"
-            begin = (link_12.created_at + timedelta(microseconds=1)).isoformat()
-            end = month_start(-1).isoformat()
-            async with db.begin() as conn:
-                await conn.execute(sa.text(f"ALTER TABLE audit_events DETACH PARTITION {month}"))
-                await conn.execute(sa.text(
-                    f"ALTER TABLE audit_events ATTACH PARTITION {month} FOR VALUES FROM ('{begin}') TO ('{end}')"
-                ))
-        forged = {"through_chain_seq": 12, "removed_rows": 12, "months": ["2020-01"]}
-        await _insert(db, [_row(n=99, kind="audit_prune", detail=forged)])
-        await AuditSealer(db).seal_pending()
+    link_12 = await _link_at(pg_db, 12)
+    await _move_start(pg_db, 12, link_12.chain_hash, kept=None if kept_link == "none" else link_12)
+    async with _tampering(pg_db) as conn:
+        await conn.execute(sa.delete(audit_links).where(audit_links.c.chain_seq <= 12))
+        await conn.execute(sa.delete(audit_events).where(audit_events.c.id.in_(ids[:12])))
+    if kept_link == "re-bounded-partition":  # the month made to begin after the start's row
+        month = f"audit_events_p{link_12.created_at:%Y_%m}"
+        begin = (link_12.created_at + timedelta(microseconds=1)).isoformat()
+        end = month_start(-1).isoformat()
+        async with pg_db.begin() as conn:
+            await conn.execute(sa.text(f"ALTER TABLE audit_events DETACH PARTITION {month}"))
+            await conn.execute(sa.text(
+                f"ALTER TABLE audit_events ATTACH PARTITION {month} FOR VALUES FROM ('{begin}') TO ('{end}')"
+            ))
+    forged = {"through_chain_seq": 12, "removed_rows": 12, "months": ["2020-01"]}
+    await _insert(pg_db, [_row(n=99, kind="audit_prune", detail=forged)])
+    await AuditSealer(pg_db).seal_pending()
 
-        caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
-        assert caught.returncode == 1, caught.stdout + caught.stderr
-        said = {
-            "none": "BROKEN at the chain's start (chain position 12): the chain's start moved from position 0",
-            "of-the-new-start": "BROKEN at the chain's start (chain position 12): the chain's start is the link of a "
-                                "row written",
-            "version-1": "BROKEN at the chain's start (chain position 12): the chain's start moved from position 0",
-            "re-bounded-partition": "BROKEN at the audit's partitions (chain position 12): a partition of audit_events "
-                                    "does not begin at a month's start",
-        }[kept_link]
-        assert said in caught.stdout
-    finally:
-        await db.dispose()
+    caught = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    said = {
+        "none": "BROKEN at the chain's start (chain position 12): the chain's start moved from position 0",
+        "of-the-new-start": "BROKEN at the chain's start (chain position 12): the chain's start is the link of a "
+                            "row written",
+        "version-1": "BROKEN at the chain's start (chain position 12): the chain's start moved from position 0",
+        "re-bounded-partition": "BROKEN at the audit's partitions (chain position 12): a partition of audit_events "
+                                "does not begin at a month's start",
+    }[kept_link]
+    assert said in caught.stdout
 
 
 @pytest.mark.postgres
-async def test_an_anchor_taken_before_a_prune_still_verifies_after_it(pg_url, tmp_path):
-    await seeded(pg_url)
-    db = Database.from_settings(Settings.from_flat(database_url=pg_url))
+async def test_an_anchor_taken_before_a_prune_still_verifies_after_it(pg_url, pg_db, tmp_path):
     anchor_file = tmp_path / "acme.anchor"
-    try:
-        old = months_ago(5)
-        await _insert(db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(3)])
-        await _insert(db, [_row(n=i) for i in range(3, 6)])
-        await AuditSealer(db).seal_pending()
-        anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
-        assert anchored.returncode == 0 and "anchored chain position 6" in anchored.stdout, anchored.stderr
-        assert (await prune(db, older_than=parse_age("90d"))).tenants[0].anchor_seq == 3
-        await AuditSealer(db).seal_pending()
-        async with db.connect() as conn:
-            chain = (await conn.execute(sa.select(audit_chains))).one()
-        assert chain.start_linked_at == old + timedelta(seconds=2)  # the dropped month's last row's link
+    old = months_ago(5)
+    await _insert(pg_db, [_row(n=i, created_at=old + timedelta(seconds=i)) for i in range(3)])
+    await _insert(pg_db, [_row(n=i) for i in range(3, 6)])
+    await AuditSealer(pg_db).seal_pending()
+    anchored = _signed(pg_url, "anchor", "--tenant", "acme", "--out", str(anchor_file))
+    assert anchored.returncode == 0 and "anchored chain position 6" in anchored.stdout, anchored.stderr
+    assert (await prune(pg_db, older_than=parse_age("90d"))).tenants[0].anchor_seq == 3
+    await AuditSealer(pg_db).seal_pending()
+    async with pg_db.connect() as conn:
+        chain = (await conn.execute(sa.select(audit_chains))).one()
+    assert chain.start_linked_at == old + timedelta(seconds=2)  # the dropped month's last row's link
 
-        verified = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
-        assert verified.returncode == 0, verified.stdout + verified.stderr
-        assert "unchanged up to the signed anchor at chain position 6" in verified.stdout
-    finally:
-        await db.dispose()
+    verified = _signed(pg_url, "verify", "--tenant", "acme", "--anchor", str(anchor_file))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "unchanged up to the signed anchor at chain position 6" in verified.stdout
 
 
 
