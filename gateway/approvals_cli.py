@@ -158,6 +158,15 @@ async def _run(db: Database, settings: Settings, request: _Request) -> tuple[lis
             row = await service.get_for_approver(approver, request.approval_id, reveal=request.reveal,
                                                  request_id=request_id)
         elif request.action == "approve":
+            pending = await service.get(approver, request.approval_id)
+            if pending.status == "pending" and registry.get(pending.tool) is None:
+                # Approving claims the call once: run here without its tool, it would be spent on
+                # TOOL_NOT_FOUND. An MCP server's tools live in a running gateway only.
+                raise GatewayError(
+                    ErrorCode.TOOL_NOT_FOUND,
+                    f"This command knows the built-in and HTTP tools only, not {quoted(pending.tool, 128)}: "
+                    "approve this call in the console or through the API of a running gateway.",
+                )
             row = await service.approve(approver, request.approval_id, request_id=request_id)
         else:
             assert request.reason is not None
@@ -234,7 +243,9 @@ def _print(args: argparse.Namespace, rows: list[Any], service: ApprovalService) 
         return
     view = views[0]
     if args.approvals_command == "approve":
-        print(f"approved {view.id}: {_shown(view.tool)} ran as {_shown(view.requested_by)}")
+        code = view.outcome.code if view.outcome is not None else view.status
+        ended = "and succeeded" if view.status == "succeeded" else f"and ended {code}"
+        print(f"approved {view.id}: {_shown(view.tool)} ran as {_shown(view.requested_by)} {ended}")
     elif args.approvals_command == "reject":
         print(f"rejected {view.id}: {_shown(view.tool)} answers APPROVAL_REJECTED")
     _show(view)

@@ -176,8 +176,9 @@ class ApprovalView(msgspec.Struct):
     reason: str | None
     outcome: ApprovalOutcome | None
     redacted_fields: list[str]
-    """The sensitive fields whose values ``arguments`` shows as ``[REDACTED]``; an approver sees
-    them with ``GET /v1/admin/approvals/{id}?reveal=true`` (audited)."""
+    """The sensitive fields whose values ``arguments`` shows as ``[REDACTED]`` (every field while
+    the tool is unknown to this process: nothing then says which are sensitive); an approver
+    sees them with ``GET /v1/admin/approvals/{id}?reveal=true`` (audited)."""
 
 
 class ApprovalPage(msgspec.Struct):

@@ -38,7 +38,7 @@ from gateway.execution.runner import CallOutcome
 from gateway.execution.transactional import TransactionalCalls, failure
 from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
-from gateway.tools.base import ArgumentsInvalid, DecodedArguments, Tool, sha256_hex
+from gateway.tools.base import REDACTED, ArgumentsInvalid, DecodedArguments, Tool, sha256_hex
 from gateway.tools.registry import ToolRegistry
 
 log = structlog.get_logger("gateway.approvals")
@@ -315,14 +315,19 @@ class ApprovalService:
         return _frozen(row) if reveal else self._redacted(row)
 
     def hidden_fields(self, row: Any) -> list[str]:
-        """The frozen arguments' fields that the tool marks sensitive (hidden unless revealed)."""
+        """The frozen arguments' fields that the tool marks sensitive (hidden unless revealed).
+        A tool this process does not know (an MCP server down, a tools file changed) cannot
+        say which are: every field is hidden."""
         tool = self._registry.get(row.tool)
-        return sorted(tool.sensitive_fields.intersection(_frozen(row))) if tool is not None else []
+        arguments = _frozen(row)
+        return sorted(tool.sensitive_fields.intersection(arguments) if tool is not None else arguments)
 
     def _redacted(self, row: Any) -> dict[str, Any]:
         tool = self._registry.get(row.tool)
         arguments = _frozen(row)
-        return tool.redact(arguments) if tool is not None else arguments
+        if tool is None:
+            return {name: REDACTED for name in arguments}
+        return tool.redact(arguments)
 
     async def _requester(self, row: Any) -> Principal:
         roles = frozenset(row.requester_roles)

@@ -11,9 +11,11 @@ import pytest
 
 from tests.support import db
 from tests.support.approvals import CAROL, approve, request_approval
+from tests.support.approvals import reject as reject_call
 from tests.support.calls import create_run
+from tests.support.console import csrf_of
 from tests.support.http import assert_error
-from tests.support.tokens import auth_for
+from tests.support.tokens import auth_for, make_token
 
 pytestmark = pytest.mark.probe_tools
 
@@ -115,3 +117,38 @@ async def test_a_tool_without_sensitive_fields_hides_nothing(pg_client, seeded_p
     assert (await read(pg_client, approval_id, reveal="true")).json()["arguments"] == {"text": "plain"}
     (row,) = await reveals(seeded_pg_url, approval_id)
     assert row.detail == {"requester": "bob", "fields": []}
+
+
+async def test_while_the_tool_is_unknown_every_field_is_hidden_and_stays_out_of_the_audit(
+    pg_client, seeded_pg_url, secret_approval
+):
+    """An MCP server down, or a tools file changed: nothing says which fields are sensitive,
+    so none is shown, hashed or audited whole until an approver reveals them (audited)."""
+    import sqlalchemy as sa
+
+    from gateway.db.models import Approval
+
+    table = Approval.__table__
+    await db.execute(seeded_pg_url, sa.update(table).where(table.c.id == secret_approval).values(tool="gone_tool"))
+    response = await read(pg_client, secret_approval)
+    view = response.json()
+    assert view["arguments"] == {"name": "[REDACTED]", "secret": "[REDACTED]"}
+    assert view["redacted_fields"] == ["name", "secret"] and view["arguments_sha256"] is None
+    listed = await pg_client.get("/v1/admin/approvals", headers=CAROL)
+    form = await pg_client.get("/console/sign-in")
+    await pg_client.post("/console/sign-in", data={"csrf_token": csrf_of(form.text), "token": make_token("acme", "carol")})
+    page = await pg_client.get(f"/console/approvals/{secret_approval}")
+    assert page.status_code == 200 and "gone_tool" in page.text
+    for text in (response.text, listed.text, page.text):
+        assert SECRET not in text
+    pg_client.cookies.clear()
+
+    revealed = (await read(pg_client, secret_approval, reveal="true")).json()
+    assert revealed["arguments"] == ARGUMENTS
+    (row,) = await reveals(seeded_pg_url, secret_approval)
+    assert row.detail == {"requester": "bob", "fields": ["name", "secret"]}
+
+    decided = await reject_call(pg_client, secret_approval, "the tool is gone")
+    assert decided.status_code == 200, decided.text
+    for audited in await db.audit_rows(seeded_pg_url, approval_id=secret_approval):
+        assert SECRET not in msgspec.json.encode(audited.arguments).decode()

@@ -62,11 +62,29 @@ async def test_list_and_show_print_the_pending_approval_for_people_and_scripts(c
     assert revealed.user_id == "dave"
 
 
+async def test_approve_refuses_a_tool_the_command_cannot_run_and_leaves_the_approval_pending(client, database_url):
+    """The command loads the built-in and HTTP tools, not the MCP servers' tools of a running
+    gateway: approving such a call here would spend it on TOOL_NOT_FOUND."""
+    from gateway.db.models import Approval
+
+    approval_id = await pending_from(client, "bob")
+    table = Approval.__table__
+    await db.execute(database_url, sa.update(table).where(table.c.id == approval_id).values(tool="payments__pay"))
+    done = approvals(database_url, "approve", approval_id, "--tenant", "acme", "--as", "dave")
+    assert done.returncode == 1
+    assert "TOOL_NOT_FOUND" in done.stderr and "console or through the API" in done.stderr
+    (row,) = await db.approvals(database_url, id=approval_id)
+    assert row.status == "pending"
+    assert await db.audit_rows(database_url, approval_id=approval_id, kind="approval_decision") == []
+    shown = approvals(database_url, "show", approval_id, "--tenant", "acme", "--as", "dave", "--json")
+    assert json.loads(shown.stdout)["arguments"] == {"title": "[REDACTED]", "body": "[REDACTED]"}
+
+
 async def test_approve_as_the_second_approver_runs_the_call_once_with_the_apis_audit_rows(client, database_url):
     approval_id = await pending_from(client, "bob")
     done = approvals(database_url, "approve", approval_id, "--tenant", "acme", "--as", "dave")
     assert done.returncode == 0, done.stderr
-    assert f"approved {approval_id}: create_article ran as bob" in done.stdout
+    assert f"approved {approval_id}: create_article ran as bob and succeeded" in done.stdout
     assert "outcome    OK" in done.stdout
     assert len(await db.articles(database_url, title=ARTICLE["title"])) == 1
     (decision,) = await db.audit_rows(database_url, approval_id=approval_id, kind="approval_decision")
