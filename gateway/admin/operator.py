@@ -150,14 +150,15 @@ async def set_approval_mode(db: Database, slug: str, tool: str, mode: ApprovalMo
         if not await lock_tenant(conn, tenant_id=slug):
             raise OperatorError(f"no tenant {slug!r}")
         before = await pq.get_policy(conn, tenant_id=slug, tool=tool) or DEFAULT_POLICY
-        after = replace(before, approval_mode=mode)
+        after = replace(before, approval_mode=mode, approval_waived=mode is ApprovalMode.NEVER)
         if after != before:
             await pq.put_policy(
                 conn, tenant_id=slug, tool=tool, policy=after, updated_by=OPERATOR, now=datetime.now(UTC)
             )
             await append_admin_audit(
                 conn, tenant_id=slug, user_id=OPERATOR, action="tool_policy.approval_mode", target=f"tool:{tool}",
-                before=before.as_dict(), after=after.as_dict(), request_id=None, tool=tool,
+                before={**before.as_dict(), "approval_waived": before.approval_waived},
+                after={**after.as_dict(), "approval_waived": after.approval_waived}, request_id=None, tool=tool,
             )
     effect = "calls run without approval" if mode is ApprovalMode.NEVER else f"approval mode {mode.value}"
     kind = "changes data" if known.mutates else "reads only"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,7 +93,14 @@ def bypasses_approval(tool: Tool, policy: ToolPolicy) -> bool:
     administrator's: ``tools:manage`` may keep it (change other fields of such a policy) or
     take it back, not grant it.
     """
-    return tool.mutates and policy.approval_mode is ApprovalMode.NEVER
+    return tool.mutates and policy.approval_mode is ApprovalMode.NEVER and policy.approval_waived
+
+
+def carried_waiver(policy: ToolPolicy, before: ToolPolicy | None) -> ToolPolicy:
+    """A tenant administrator's policy, keeping the operator's waiver while it stays ``never``."""
+    kept = (policy.approval_mode is ApprovalMode.NEVER and before is not None
+            and before.approval_mode is ApprovalMode.NEVER and before.approval_waived)
+    return replace(policy, approval_waived=kept)
 
 
 def _not_found(what: str) -> GatewayError:
@@ -206,7 +213,8 @@ class TenantAdmin:
         tool = self._tool(name)
         async with self._change(principal) as conn:
             before = await pq.get_policy(conn, tenant_id=principal.tenant_id, tool=name)
-            if bypasses_approval(tool, policy) and not bypasses_approval(tool, before or DEFAULT_POLICY):
+            policy = carried_waiver(policy, before)
+            if tool.mutates and policy.approval_mode is ApprovalMode.NEVER and not policy.approval_waived:
                 raise GatewayError(
                     ErrorCode.FORBIDDEN,
                     f"Only the operator can let a tool that changes data run without approval "

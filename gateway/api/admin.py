@@ -92,6 +92,11 @@ class ToolPolicyOut(msgspec.Struct):
     max_calls_per_run: int | None
     max_result_bytes: int | None
     allowed_roles: list[str] | None
+    approval_waived: bool = False
+    """The operator let this tool's calls run without approval though it changes data
+    (`gateway tenants approval-mode ... never`). For such a tool `approval_mode: never`
+    without it counts as `mutating`; only the operator sets it, and a tenant administrator's
+    change keeps it while `approval_mode` stays `never`."""
 
 
 class ToolPolicyView(msgspec.Struct):
@@ -153,7 +158,7 @@ def policy_view(state: ToolPolicyState) -> ToolPolicyView:
         permission=tool.permission,
         mutates=tool.mutates,
         customised=state.customised,
-        policy=msgspec.convert(policy.as_dict(), ToolPolicyOut),
+        policy=msgspec.convert({**policy.as_dict(), "approval_waived": policy.approval_waived}, ToolPolicyOut),
         effective_timeout_s=effective.timeout_s,
         effective_max_result_bytes=effective.max_result_bytes,
     )

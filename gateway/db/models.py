@@ -347,6 +347,8 @@ class ToolPolicyRow(Base):
     max_calls_per_run: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     max_result_bytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     allowed_roles: Mapped[list[str] | None] = mapped_column(JsonValue, nullable=True)
+    approval_waived: Mapped[bool] = mapped_column(sa.Boolean, server_default=sa.false())
+    """Set by the operator's ``approval-mode never`` only (migration 0025)."""
     updated_by: Mapped[str | None] = mapped_column(sa.String(128), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 

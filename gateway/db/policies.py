@@ -40,6 +40,12 @@ class ToolPolicy:
     max_result_bytes: int | None = None
     allowed_roles: frozenset[str] | None = None
     """``None``: every role that holds the tool's permission; else only these roles (it narrows, never widens)."""
+    approval_waived: bool = False
+    """The operator let calls run without approval though the tool changes data (``gateway
+    tenants approval-mode ... never``). ``never`` without it is ``mutating`` for a tool that
+    changes data: a tenant administrator's ``never`` on a tool that reads only must not become
+    a waiver when the tool later changes data (an MCP server's hint, a tools file). Not in
+    ``as_dict``, which is what a tenant administrator sets."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +99,7 @@ def policy_from_row(row: Any) -> ToolPolicy:
         max_calls_per_run=row.max_calls_per_run,
         max_result_bytes=row.max_result_bytes,
         allowed_roles=frozenset(row.allowed_roles) if row.allowed_roles is not None else None,
+        approval_waived=bool(row.approval_waived),
     )
 
 
@@ -118,7 +125,8 @@ async def put_policy(
     values = policy.as_dict()
     await conn.execute(
         sa.insert(tool_policies).values(
-            tenant_id=tenant_id, tool=tool, updated_by=updated_by, updated_at=now, **values
+            tenant_id=tenant_id, tool=tool, updated_by=updated_by, updated_at=now,
+            approval_waived=policy.approval_waived, **values
         )
     )
 

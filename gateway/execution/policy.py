@@ -57,7 +57,7 @@ def needs_approval(tool: Tool, policy: ToolPolicy) -> bool:
     mode = policy.approval_mode
     if mode is ApprovalMode.ALWAYS:
         return True
-    if mode is ApprovalMode.NEVER:
+    if mode is ApprovalMode.NEVER and (policy.approval_waived or not tool.mutates):
         return False
     return tool.mutates
 

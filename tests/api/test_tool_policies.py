@@ -257,3 +257,55 @@ async def test_the_operator_action_keeps_the_policys_other_fields_and_refuses_un
         await set_approval_mode(database_url, "create_articles", "never")
     with pytest.raises(OperatorError, match="no tenant 'initech'"):
         await set_approval_mode(database_url, "create_article", "never", tenant="initech")
+
+
+class NoteId(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    id: str
+
+
+def _notes_delete(*, mutates: bool) -> Tool:
+    @struct_tool(name="notes_delete", description="Deletes a note.", arguments=NoteId, permission="time:read",
+                 mutates=mutates)
+    async def notes_delete(ctx: ToolContext, args: NoteId) -> object:
+        return {"deleted": args.id}
+
+    return notes_delete
+
+
+async def test_a_tenant_never_on_a_read_only_tool_is_no_waiver_once_the_tool_changes_data(database_url):
+    """An MCP server's tool that read only may later say it changes data (or a tools file may):
+    the tenant administrator's `never`, allowed while it read only, must not let it run unapproved."""
+    await seeded(database_url)
+    registry = ToolRegistry(builtin_tools())
+    registry.replace_source("notes", [_notes_delete(mutates=False)])
+    app = create_app(make_settings(database_url, audit_seal_interval_s=0), registry=registry)
+    async with AsyncTestClient(app=app) as client:
+        view = await set_policy(client, "notes_delete", {"approval_mode": "never"})
+        assert (view["policy"]["approval_mode"], view["policy"]["approval_waived"]) == ("never", False)
+        registry.replace_source("notes", [_notes_delete(mutates=True)])
+
+        run = await new_run(client, "bob")
+        [held] = await call_tools(client, run, [tool_call("notes_delete", {"id": "n-42"})], "bob")
+        assert outcome(held) == "APPROVAL_REQUIRED"
+        resaved = await client.put(
+            "/v1/admin/tools/notes_delete", json={"approval_mode": "never", "max_calls_per_run": 9},
+            headers=auth_for("carol"),
+        )
+        assert resaved.status_code == 403 and resaved.json()["error"]["code"] == "FORBIDDEN"
+
+        await set_approval_mode(database_url, "notes_delete", "never", registry=registry)
+        view = (await client.get("/v1/admin/tools/notes_delete", headers=auth_for("carol"))).json()
+        assert view["policy"]["approval_waived"] is True
+        [ran] = await call_tools(client, run, [tool_call("notes_delete", {"id": "n-43"})], "bob")
+        assert ran == {"ok": True, "result": {"deleted": "n-43"}}
+
+
+async def test_the_operators_waiver_survives_a_tenant_change_that_keeps_never_only(policy_client, database_url):
+    await set_approval_mode(database_url, "create_article", "never")
+    kept = await set_policy(policy_client, "create_article", {"approval_mode": "never", "timeout_s": 5})
+    assert kept["policy"]["approval_waived"] is True
+    dropped = await set_policy(policy_client, "create_article", {"approval_mode": "always"})
+    assert dropped["policy"]["approval_waived"] is False
+    run = await new_run(policy_client, "bob")
+    [held] = await call_tools(policy_client, run, [tool_call("create_article", {"title": "T", "body": "B"})], "bob")
+    assert outcome(held) == "APPROVAL_REQUIRED"

@@ -37,6 +37,14 @@ def test_a_reading_tool_does_not_wait_unless_the_policy_says_always():
 
 
 def test_a_mutating_tool_the_operator_let_run_freely_does_not_wait():
-    never = prepared("create_article", b'{"title": "t", "body": "b"}', ToolPolicy(approval_mode=ApprovalMode.NEVER))
+    waived = ToolPolicy(approval_mode=ApprovalMode.NEVER, approval_waived=True)
+    never = prepared("create_article", b'{"title": "t", "body": "b"}', waived)
     payload = admission_payload(never)
     assert payload["needs_approval"] is False and payload["approval_id"] is None and "arguments" not in payload
+
+
+def test_never_without_the_operators_waiver_is_mutating_for_a_tool_that_changes_data():
+    unwaived = prepared("create_article", b'{"title": "t", "body": "b"}', ToolPolicy(approval_mode=ApprovalMode.NEVER))
+    assert admission_payload(unwaived)["needs_approval"] is True
+    read_only = prepared("add", b'{"a": 1, "b": 2}', ToolPolicy(approval_mode=ApprovalMode.NEVER))
+    assert admission_payload(read_only)["needs_approval"] is False
