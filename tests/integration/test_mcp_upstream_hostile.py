@@ -40,7 +40,7 @@ WAIT_S = 20.0
 TOOLS_TOML = """
 [mcp_servers.hostile]
 url = "{hostile_url}"
-include = ["echo", "wait", "huge", "shape"]
+include = ["echo", "wait", "huge", "shape", "redos", "forget"]
 
 [mcp_servers.hostile.tools.echo]
 name = "hostile_echo"
@@ -58,6 +58,14 @@ permission = "notes:read"
 
 [mcp_servers.hostile.tools.shape]
 name = "hostile_shape"
+permission = "notes:read"
+
+[mcp_servers.hostile.tools.redos]
+name = "hostile_redos"
+permission = "notes:read"
+
+[mcp_servers.hostile.tools.forget]
+name = "hostile_forget"
 permission = "notes:read"
 
 [mcp_servers.notes]
@@ -292,6 +300,35 @@ async def test_one_calls_answer_its_schema_refuses_fails_that_call_only_and_list
         if method in ("initialize", "tools/list"):
             claims = jwt.decode(authorization.removeprefix("Bearer "), options={"verify_signature": False})
             assert (claims["sub"], claims["tenant_id"]) == ("gateway", ""), (method, claims)
+
+
+async def test_an_output_schema_pattern_that_backtracks_is_checked_in_linear_time_off_nobodys_loop(
+    env: Env, gw: Caller
+):
+    """A review's reproduction: the SDK checked a structured answer against the listed output
+    schema with Python's backtracking `re` on the event loop; `^(a+)+$` against 48 a's and a
+    `!` held every tenant's requests for days (tests/unit/test_mcp_output_check.py shows the
+    check is linear; here, with 20 a's, that the answer is still refused and nobody waits)."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    waiting = asyncio.create_task(gw.call("hostile_wait", {"ms": 500}, tenant="globex"))
+    refused = await (await ends_within(BOUND_S, gw.call("hostile_redos", {})))
+    assert refused["ok"] is False and refused["error"]["code"] == "TOOL_EXECUTION_FAILED", refused
+    assert (await waiting)["result"] == "waited"
+
+
+async def test_a_session_one_call_finds_forgotten_ends_after_the_calls_in_flight_on_it(env: Env, gw: Caller):
+    """A review's reproduction: one call answered 404 (a balancer sent it to another instance)
+    dropped the session at once, and every other tenant's call in flight on it failed as
+    retryable after the server had run it."""
+    await eventually(lambda: hostile_served(gw), "the hostile server's tools are listed")
+    waiting = [asyncio.create_task(gw.call("hostile_wait", {"ms": 1500}, tenant="globex")) for _ in range(2)]
+    await asyncio.sleep(0.4)
+    forgotten = await gw.call("hostile_forget", {})
+    assert forgotten["ok"] is False and forgotten["error"]["code"] == "TOOL_EXECUTION_FAILED", forgotten
+    for call in waiting:
+        assert (await call)["result"] == "waited"
+    after = await gw.call("hostile_echo", {"text": "after"}, user="bob", tenant="globex")
+    assert after["ok"] is True and after["result"] == "after", after
 
 
 async def test_a_call_answered_by_an_endless_event_stream_lets_go_of_its_connection_after_its_timeout(

@@ -31,6 +31,11 @@ TOOLS = [
     {"name": "shape", "description": "Answers structured content its own output schema refuses.",
      "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
      "outputSchema": {"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]}},
+    {"name": "redos", "description": "Answers a string its output schema's pattern takes hours to refuse by backtracking.",
+     "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+     "outputSchema": {"type": "object", "properties": {"v": {"type": "string", "pattern": "^(a+)+$"}}}},
+    {"name": "forget", "description": "Answered 404: the server forgot the session (behind a balancer, say).",
+     "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False}},
     {"name": "huge", "description": "Answers structured content holding 1e400, with its text or without.",
      "inputSchema": {"type": "object", "properties": {"with_text": {"type": "boolean"}}, "required": ["with_text"],
                      "additionalProperties": False}},
@@ -201,6 +206,11 @@ class HostileMcp:
                 content = [{"type": "text", "text": HUGE}] if arguments.get("with_text") else []
                 body = json.dumps({**reply, "result": {"content": content, "structuredContent": "__HUGE__"}})
                 return _json_response_text(body.replace('"__HUGE__"', HUGE))
+            if params.get("name") == "forget":
+                return _empty(b"404 Not Found")
+            if params.get("name") == "redos":
+                return _json_response({**reply, "result": {"content": [{"type": "text", "text": "r"}],
+                                                           "structuredContent": {"v": "a" * 20 + "!"}}})
             if params.get("name") == "shape":
                 return _json_response({**reply, "result": {"content": [{"type": "text", "text": "1"}],
                                                            "structuredContent": {"v": 1}}})

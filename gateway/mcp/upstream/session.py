@@ -4,7 +4,9 @@ The session (``initialize`` handshake, then requests on the streamable HTTP tran
 in a task of its own, because the SDK's transport and session are scopes that must be left
 by the task that entered them. Calls and listings use it from any task. A session that
 failed (the server went away, forgot it, answered nonsense) is dropped; the next listing or
-call opens a new one.
+call opens a new one; the dropped session ends once the requests in flight on it are
+answered, so one call's failure (a 404 from a server behind a balancer, a listing that timed
+out) never cuts another's answer.
 
 Nothing waits on a server unbounded: opening is bounded by the open timeout and by the
 caller's own deadline, and a dropped session's task ends it upstream in the background,
@@ -15,10 +17,14 @@ timeout, so these bounds are the task's, not the client's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import httpx2
+import jsonschema_rs
 import mcp_types as types
 import structlog
 from mcp.client.session import ClientSession
@@ -35,6 +41,43 @@ MAX_LIST_PAGES = 20
 CLIENT_INFO = types.Implementation(name="gateway", version="1")
 CLOSE_GRACE_S = 1.0
 """What a session task may take past its own bound to end once cancelled (at shutdown)."""
+
+
+class GatewayClientSession(ClientSession):
+    """The SDK's client session, checking a tool's structured answer against the output schema
+    the server listed with jsonschema-rs instead of the SDK's ``jsonschema``: that one matches
+    ``pattern`` with Python's backtracking ``re`` on the event loop, where a server's
+    ``^(a+)+$`` and a 30-byte answer hold every tenant's requests for hours, beyond any
+    timeout; jsonschema-rs matches in linear time. A tool this session has not listed is not
+    checked: the SDK would list the tools first, in the caller's context."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._output_checks: dict[str, tuple[object, Any]] = {}
+
+    async def validate_tool_result(self, name: str, result: Any) -> None:
+        schema = self._tool_output_schemas.get(name)
+        if schema is None:
+            return
+        if result.structured_content is None and "structured_content" not in result.model_fields_set:
+            raise RuntimeError(f"Tool {name} has an output schema but did not return structured content")
+        if not _output_check(self._output_checks, name, schema).is_valid(result.structured_content):
+            raise RuntimeError(f"Invalid structured content returned by tool {name}")
+
+
+def _output_check(checks: dict[str, tuple[object, Any]], name: str, schema: dict[str, Any]) -> Any:
+    """The compiled check of the schema the session holds for ``name`` now (a new listing
+    brings a new schema object)."""
+    known = checks.get(name)
+    if known is not None and known[0] is schema:
+        return known[1]
+    try:
+        # offline: a schema must never make the gateway fetch anything.
+        check = jsonschema_rs.validator_for(schema, offline=True)
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError, RecursionError):
+        raise RuntimeError(f"Invalid output schema for tool {name}") from None
+    checks[name] = (schema, check)
+    return check
 
 
 class SessionUnavailable(Exception):
@@ -56,6 +99,10 @@ class UpstreamSession:
         self._stop: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         """Every session task not yet ended: the current one and those still closing."""
+        self._leases: dict[ClientSession, int] = {}
+        """Requests in flight, by the session they use."""
+        self._retired: dict[ClientSession, asyncio.Event] = {}
+        """Dropped sessions with requests in flight: each ends when its last one is answered."""
 
     async def session(self) -> ClientSession:
         session = self._session
@@ -101,16 +148,14 @@ class UpstreamSession:
                 async with streamable_http_client(
                     self.spec.url, http_client=self._client, max_sse_event_size=LIST_RESPONSE_LIMIT
                 ) as (read, write):
-                    async with ClientSession(
+                    async with GatewayClientSession(
                         read, write, read_timeout_seconds=self._open_timeout_s, client_info=CLIENT_INFO
                     ) as session:
                         try:
                             await session.initialize()
-                            # The SDK checks a call's structured answer against the tool's
-                            # output schema, and lists the tools first when it has none: in
-                            # the caller's context, with the caller's token, and the listing
-                            # it keeps then checks every tenant's calls. List here, with the
-                            # gateway's own.
+                            # The SDK sends a call's x-mcp-header arguments as headers only
+                            # for a tool it has listed on this session: list here, with the
+                            # gateway's own token, never in a caller's context.
                             await _pages_of_tools(session)
                             if not ready.done():
                                 ready.set_result(session)
@@ -134,18 +179,46 @@ class UpstreamSession:
                 ready.set_exception(SessionUnavailable("the session ended before it was ready"))
 
     async def list_tools(self) -> list[types.Tool]:
-        return await _pages_of_tools(await self.session())
+        async with self.lease() as session:
+            return await _pages_of_tools(session)
 
-    def drop(self) -> None:
-        """Forget the session (it failed): the next use opens a new one. Its task ends it in
-        the background, within the open timeout; nothing waits for it."""
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[ClientSession]:
+        """The session for one request, held until it is answered: dropped meanwhile, the
+        session ends only after its last request."""
+        session = await self.session()
+        self._leases[session] = self._leases.get(session, 0) + 1
+        try:
+            yield session
+        finally:
+            left = self._leases.pop(session) - 1
+            if left:
+                self._leases[session] = left
+            else:
+                stop = self._retired.pop(session, None)
+                if stop is not None:
+                    stop.set()
+
+    def drop(self, failed: ClientSession | None = None) -> None:
+        """Forget the session (it failed): the next use opens a new one. ``failed``: the
+        session a request failed on; one already replaced is no reason to drop its successor.
+        The session's task ends it in the background once its requests in flight are answered
+        (each has its own deadline), within the open timeout; nothing waits for it."""
+        if failed is not None and failed is not self._session:
+            return
         if self._stop is not None:
-            self._stop.set()
+            if self._session is not None and self._leases.get(self._session):
+                self._retired[self._session] = self._stop
+            else:
+                self._stop.set()
         self._session = self._task = self._stop = None
 
     async def close(self) -> None:
         """Ends every session task of this server, waiting for them no longer than they may take."""
         self.drop()
+        for stop in self._retired.values():
+            stop.set()
+        self._retired.clear()
         if not self._tasks:
             return
         _, pending = await asyncio.wait(self._tasks, timeout=self._open_timeout_s + CLOSE_GRACE_S)

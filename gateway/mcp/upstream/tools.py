@@ -151,7 +151,7 @@ class McpToolHandler:
                     raise
                 # The server no longer knows the session (it restarted) and refused the request
                 # unread: once more, on a new session.
-                self._upstream.drop()
+                self._upstream.drop(scope.session)
                 result = await self._call_in_turn(ctx, arguments, scope)
         except SessionUnavailable as exc:
             raise self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
@@ -182,9 +182,12 @@ class McpToolHandler:
             return await self._call(arguments, scope)
 
     async def _call(self, arguments: Mapping[str, Any], scope: CallScope) -> types.CallToolResult:
-        session = await self._upstream.session()
-        # The call's own timeout, not the session's (the listing timeout, for initialize and tools/list).
-        return await session.call_tool(self._spec.upstream_name, dict(arguments), read_timeout_seconds=scope.timeout_s)
+        async with self._upstream.lease() as session:
+            scope.session = session
+            # The call's own timeout, not the session's (the listing timeout, for initialize and tools/list).
+            return await session.call_tool(
+                self._spec.upstream_name, dict(arguments), read_timeout_seconds=scope.timeout_s
+            )
 
     def _headers(self, ctx: ToolContext) -> dict[str, str]:
         headers: dict[str, str] = {}
@@ -210,7 +213,7 @@ class McpToolHandler:
             log.warning("mcp_call_timed_out", **self._log_fields, duration_ms=elapsed_ms(started))
             return ToolError(ErrorCode.TOOL_TIMEOUT, "The MCP server did not answer in time.")
         if exc.message in _SESSION_LOST:
-            self._upstream.drop()
+            self._upstream.drop(scope.session)
             return self._failed("mcp_call_unreachable", "The MCP server could not be reached.", started,
                                 mcp_code=exc.code)
         if scope.broken or exc.code == _CONNECTION_CLOSED:

@@ -26,6 +26,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx2
@@ -67,6 +68,8 @@ class CallScope:
     """A request of the call failed on its way (no connection, a reset, a malformed answer)."""
     reopens: int = 0
     """Event streams reopened for the call so far."""
+    session: Any = None
+    """The session the call's request went on (the one to drop when it proves gone)."""
     deadline: float | None = None
     """A little after the call gives up (the event loop's clock; the SDK's own timeout ends the
     call first): no answer for it is read past it, nor an event stream reopened for it. Set
