@@ -22,6 +22,8 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         self._definitions_cache: dict[tuple[str, ...], bytes] = {}
         self._sources: dict[str, frozenset[str]] = {}
+        self.generation = 0
+        """Moves on with every change of a tool: what is derived from the tools keys on it."""
         for tool in tools:
             self.register(tool)
 
@@ -31,6 +33,7 @@ class ToolRegistry:
         _check_name(tool.name)
         self._tools[tool.name] = tool
         self._definitions_cache.clear()
+        self.generation += 1
 
     def replace_source(self, source: str, tools: Sequence[Tool], *, label: str | None = None) -> list[str]:
         """Make ``tools`` the tools of ``source`` (an MCP server), in place of those it had.
@@ -54,6 +57,7 @@ class ToolRegistry:
         self._sources[source] = frozenset(mine)
         self._definitions_cache = {}
         self._tools = {**others, **mine}
+        self.generation += 1
         return refused
 
     def get(self, name: str) -> Tool | None:

@@ -37,13 +37,15 @@ class ToolListing:
 
     def __init__(self, registry: ToolRegistry) -> None:
         self._registry = registry
-        self._cache: dict[tuple[str, ...], msgspec.Raw] = {}
+        self._cache: dict[tuple[int, tuple[str, ...]], msgspec.Raw] = {}
 
     def tools_json(self, principal: Principal) -> msgspec.Raw:
         visible = self._registry.visible_to(
             principal.permissions, roles=principal.roles, policies=principal.tool_policies
         )
-        key = tuple(tool.name for tool in visible)
+        # The registry's generation: an MCP server's refresh may change a tool's schema,
+        # description or hints under the same name.
+        key = (self._registry.generation, tuple(tool.name for tool in visible))
         cached = self._cache.get(key)
         if cached is None:
             cached = msgspec.Raw(msgspec.json.encode([mcp_tool(tool) for tool in visible]))
