@@ -131,10 +131,14 @@ class ToolExecutor:
         timer.lap(BUDGET)
 
         to_run = [plan for plan, adm in zip(plans, admissions, strict=True) if adm.decision == "execute"]
+        begun: set[str] = set()
         try:
-            outcomes = await self._run_all(principal, run_id, to_run, request_id) if to_run else {}
+            outcomes = await self._run_all(principal, run_id, to_run, request_id, begun) if to_run else {}
         except asyncio.CancelledError:
-            await self._record_cancelled(principal, run_id, to_run, request_id)
+            # A call that changes data without approval and had begun records its own
+            # cancellation with its transaction; every other call is recorded here.
+            unrecorded = [plan for plan in to_run if not (plan.transactional and plan.id in begun)]
+            await self._record_cancelled(principal, run_id, unrecorded, request_id)
             raise
         timer.lap(TOOL)
         # A call that changes data without approval recorded itself with its writes.
@@ -212,7 +216,6 @@ class ToolExecutor:
         cancelled = [
             FinishedCall(plan=plan, outcome=ErrorCode.TOOL_CALL_CANCELLED.value, content=content, duration_ms=0.0)
             for plan in plans
-            if not plan.transactional
         ]
         if cancelled:
             # Shielded: the record lands even if this task is cancelled again meanwhile.
@@ -222,20 +225,20 @@ class ToolExecutor:
         log.warning("tool_calls_cancelled", run=run_id, calls=len(plans))
 
     async def _run_all(
-        self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None
+        self, principal: Principal, run_id: str, plans: list[CallPlan], request_id: str | None, begun: set[str]
     ) -> dict[str, CallOutcome]:
         """Run the admitted calls of a batch concurrently: calls that wait on I/O as tasks,
         local ones (no I/O, so nothing to overlap) inline while the tasks wait."""
         waiting = [plan for plan in plans if not _tool(plan).local]
         outcomes: dict[str, CallOutcome] = {}
         if len(waiting) == 1 and len(plans) == 1:
-            outcomes[waiting[0].id] = await self._run(principal, run_id, waiting[0], request_id)
+            outcomes[waiting[0].id] = await self._run(principal, run_id, waiting[0], request_id, begun)
             return outcomes
-        tasks = [asyncio.ensure_future(self._run(principal, run_id, plan, request_id)) for plan in waiting]
+        tasks = [asyncio.ensure_future(self._run(principal, run_id, plan, request_id, begun)) for plan in waiting]
         try:
             for plan in plans:
                 if _tool(plan).local:
-                    outcomes[plan.id] = await self._run(principal, run_id, plan, request_id)
+                    outcomes[plan.id] = await self._run(principal, run_id, plan, request_id, begun)
             if tasks:
                 for plan, outcome in zip(waiting, await asyncio.gather(*tasks), strict=True):
                     outcomes[plan.id] = outcome
@@ -244,9 +247,15 @@ class ToolExecutor:
                 task.cancel()
         return outcomes
 
-    async def _run(self, principal: Principal, run_id: str, plan: CallPlan, request_id: str | None) -> CallOutcome:
+    async def _run(
+        self, principal: Principal, run_id: str, plan: CallPlan, request_id: str | None, begun: set[str] | None = None
+    ) -> CallOutcome:
+        """``begun``: gets the ids of transactional calls as they start (each then records
+        its own outcome, a cancellation included)."""
         assert plan.tool is not None and plan.arguments is not None
         if plan.transactional:
+            if begun is not None:
+                begun.add(plan.id)
             return await self._transactional.run_plan(principal, run_id, plan, request_id=request_id)
         ctx = ToolContext(
             principal=principal, run_id=run_id, tool_call_id=plan.id, request_id=request_id, db=self._db

@@ -10,6 +10,8 @@ with it, and the failure is recorded durably in a transaction of its own.
 
 from __future__ import annotations
 
+import asyncio
+
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -83,14 +85,30 @@ class TransactionalCalls:
                 default_max_result_bytes=self._settings.tools.max_result_bytes,
             )
 
+        async def record_alone(outcome: CallOutcome) -> None:
+            async with self._db.begin() as conn:
+                await record(conn, outcome)
+
+        async def record_cancelled() -> None:
+            # Cancelled (client gone, run deadline, shutdown) before the call finished: say so
+            # durably, as for any call, or its replays report it in progress, and no audit row
+            # tells of it. Shielded: the record lands even if this task is cancelled again.
+            log.warning("transactional_call_cancelled", tool=tool.name, tool_call_id=tool_call_id, run=run_id,
+                        **(log_fields or {}))
+            await asyncio.shield(record_alone(failure(ErrorCode.TOOL_CALL_CANCELLED, None)))
+
         if tool.remote:
             # A tool whose effects live elsewhere (a business service behind HTTP): nothing of
             # its work can join our transaction, so it runs with none open — holding one across a
             # remote call would keep a connection (and its locks) for its whole duration.
             # Its outcome and audit row then commit together.
-            outcome = await call(None)
-            async with self._db.begin() as conn:
-                await record(conn, outcome)
+            try:
+                outcome = await call(None)
+            except asyncio.CancelledError:
+                await record_cancelled()
+                raise
+            # The service answered: its outcome is recorded whatever happens to this task now.
+            await asyncio.shield(record_alone(outcome))
             return outcome
         try:
             async with self._db.begin() as conn:
@@ -101,6 +119,10 @@ class TransactionalCalls:
                 else:
                     await savepoint.rollback()
                 await record(conn, outcome)
+        except asyncio.CancelledError:
+            # The call's writes are rolled back with the transaction.
+            await record_cancelled()
+            raise
         except Exception:
             # The call's writes are rolled back with the transaction; say so durably.
             error_id = new_error_id()
