@@ -328,9 +328,14 @@ def call_idempotency_key(ctx: ToolContext) -> str:
     return sha256_hex(material.encode())
 
 
+_CONTENT_LENGTH = re.compile(rb"0*([0-9]{1,18})")
+"""A length worth reporting: leading zeros (which the parser accepts) dropped, at most 18
+digits (``int`` refuses more than 4,300, and a bytes ``isdigit`` takes any length)."""
+
+
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    value = header_value(headers, b"content-length")
-    return int(value) if value.isdigit() else None
+    match = _CONTENT_LENGTH.fullmatch(header_value(headers, b"content-length"))
+    return int(match[1]) if match is not None else None
 
 
 
