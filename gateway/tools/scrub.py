@@ -8,8 +8,10 @@ and numbers compared with the values as decoded, so that however the server esca
 server may write a value (as is, JSON-escaped, percent-encoded, HTML-escaped).
 
 A whole string or number equal to a sensitive value is replaced by ``[REDACTED]``; a value
-of at least ``MIN_INNER_CHARS`` characters is also taken out from inside longer strings
-(a shorter one would blank unrelated text, and says little on its own).
+of at least ``MIN_INNER_CHARS`` characters is also taken out from inside longer strings, in
+every form above and form-encoded (a URL a JSON error quotes), and from object keys (a
+validation error keyed by the bad value); a shorter one would blank unrelated text, and
+says little on its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import html
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import msgspec
 
@@ -42,7 +44,9 @@ class Sensitive:
                 _collect(arguments[name], whole)
         whole.discard("")
         self._whole = frozenset(whole)
-        self._inner = sorted((text for text in whole if len(text) >= MIN_INNER_CHARS), key=len, reverse=True)
+        inner = {form for text in whole if len(text) >= MIN_INNER_CHARS for form in _text_forms(text)}
+        # Longest first: a value's form that holds another's is taken out whole.
+        self._inner = sorted(inner, key=len, reverse=True)
 
     def __bool__(self) -> bool:
         return bool(self._whole)
@@ -66,11 +70,7 @@ class Sensitive:
                 pass
             else:
                 return msgspec.json.encode(self._value(document))
-        text = data.decode("utf-8", errors="replace")
-        for value in self._inner:
-            for form in _text_forms(value):
-                text = text.replace(form, REDACTED)
-        return text.encode()
+        return self.text(data.decode("utf-8", errors="replace")).encode()
 
     def _value(self, node: Any) -> Any:
         if isinstance(node, str):
@@ -80,7 +80,7 @@ class Sensitive:
         if isinstance(node, (int, float)):
             return REDACTED if _number_text(node) in self._whole else node
         if isinstance(node, dict):
-            return {key: self._value(value) for key, value in node.items()}
+            return {self.text(key): self._value(value) for key, value in node.items()}
         if isinstance(node, list):
             return [self._value(value) for value in node]
         return node
@@ -111,4 +111,5 @@ def _number_text(value: int | float) -> str:
 def _text_forms(value: str) -> set[str]:
     escaped = json.dumps(value)[1:-1]  # ensure_ascii, as most servers' JSON writers do
     return {value, escaped, escaped.replace("/", "\\/"), json.dumps(value, ensure_ascii=False)[1:-1],
-            quote(value, safe="", errors="surrogatepass"), html.escape(value)}
+            quote(value, safe="", errors="surrogatepass"), quote_plus(value, safe="", errors="surrogatepass"),
+            quote(value, errors="surrogatepass"), html.escape(value)}

@@ -22,6 +22,13 @@ SENSITIVE = Sensitive(SECRETS, SECRETS.keys())
     b"bad ab%2Fcd%2Bef%2Fgh%3D%3D in the URL",
     b'{"errors": [{"loc": ["body", "card", "number"], "input": "4111111111111111"}]}',  # a leaf of an object
     b'{"input": {"pin": 1234}}',
+    # A review's reproductions: the value as an object key, percent- or form-encoded in a JSON string.
+    json.dumps({"errors": {"Pässwörd-123": "invalid"}}).encode(),
+    b'{"detail": "No route for /look?token=ab%2Fcd%2Bef%2Fgh%3D%3D"}',
+    b'{"detail": "No route for /look/ab/cd%2Bef/gh%3D%3D"}',
+    "bad Pässwörd-123".replace(" ", "+").encode(),
+    json.dumps({"detail": "bad card P%C3%A4ssw%C3%B6rd-123"}).encode(),
+    b'bad note s3cr%26t%3Cpass%3E and s3cr%26t%3Cpass%3E',
 ])
 def test_a_value_is_taken_out_however_the_server_wrote_it(quoted):
     scrubbed = SENSITIVE.body(quoted)
@@ -47,3 +54,11 @@ def test_nothing_sensitive_leaves_the_body_as_it_came():
 def test_a_body_nested_too_deep_is_scrubbed_as_text():
     deep = b"[" * 5000 + b'"4111111111111111"' + b"]" * 5000
     assert b"4111111111111111" not in SENSITIVE.body(deep)
+
+
+def test_a_form_encoded_value_with_spaces_is_taken_out_of_text_and_json():
+    sensitive = Sensitive({"card": "tok live 4111-1111"}, ["card"])
+    for body in (b"bad card tok+live+4111-1111", b'{"detail": "No route for /look?card=tok%20live%204111-1111"}',
+                 b'{"detail": "bad tok+live+4111-1111"}'):
+        scrubbed = sensitive.body(body)
+        assert b"4111-1111" not in scrubbed and b"[REDACTED]" in scrubbed, scrubbed
