@@ -65,7 +65,7 @@ def approval_view(row: Any, service: ApprovalService, now: datetime, *, reveal: 
         decided_by=row.decided_by,
         decided_at=row.decided_at,
         reason=row.reason,
-        outcome=outcome_view(row.outcome, row.outcome_content),
+        outcome=outcome_view(row.outcome, service.view_outcome_content(row, reveal=reveal)),
         redacted_fields=hidden,
     )
 

@@ -40,6 +40,7 @@ from gateway.observability.metrics import Metrics
 from gateway.settings import Settings
 from gateway.tools.base import REDACTED, ArgumentsInvalid, DecodedArguments, Tool, sha256_hex
 from gateway.tools.registry import ToolRegistry
+from gateway.tools.scrub import Sensitive
 
 log = structlog.get_logger("gateway.approvals")
 
@@ -321,6 +322,16 @@ class ApprovalService:
         tool = self._registry.get(row.tool)
         arguments = _frozen(row)
         return sorted(tool.sensitive_fields.intersection(arguments) if tool is not None else arguments)
+
+    def view_outcome_content(self, row: Any, *, reveal: bool) -> str | None:
+        """The executed call's stored answer as an approver reads it: a service that quotes
+        a sensitive argument back (the created resource, card number and all) has it taken
+        out unless ``reveal`` (audited), as the arguments are."""
+        content = row.outcome_content
+        hidden = [] if reveal or content is None else self.hidden_fields(row)
+        if not hidden:
+            return content
+        return Sensitive(_frozen(row), hidden).body(content.encode()).decode()
 
     def _redacted(self, row: Any) -> dict[str, Any]:
         tool = self._registry.get(row.tool)

@@ -78,10 +78,15 @@ async def test_other_views_never_show_the_secret(pg_client, secret_approval):
     own = await pg_client.get(f"/v1/approvals/{secret_approval}", headers=BOB)
     own_reveal = await pg_client.get(f"/v1/approvals/{secret_approval}", params={"reveal": "true"}, headers=BOB)
     decided = await approve(pg_client, secret_approval)
+    # The tool answers with the secret it stored: its outcome hides it as the arguments do.
+    assert decided.json()["outcome"]["result"] == {"stored": "api", "secret": "[REDACTED]"}
+    listed_after = await pg_client.get("/v1/admin/approvals", headers=CAROL)
+    own_after = await pg_client.get(f"/v1/approvals/{secret_approval}", headers=BOB)
     revealed = await read(pg_client, secret_approval, reveal="true")
+    assert revealed.json()["outcome"]["result"] == {"stored": "api", "secret": SECRET}
     hashed = revealed.json()["arguments_sha256"]  # shown beside the whole arguments it hashes
     assert hashed == hashlib.sha256(msgspec.json.encode(ARGUMENTS, order="sorted")).hexdigest()
-    for response in (listed, own, own_reveal, decided):
+    for response in (listed, own, own_reveal, decided, listed_after, own_after):
         assert response.status_code == 200, response.text
         assert SECRET not in response.text
         assert hashed not in response.text  # beside a hidden value: its hash would test guesses of it

@@ -165,7 +165,7 @@ def probe_tools(probe: Probe) -> list[Tool]:
                  permission="articles:write", mutates=True, sensitive_fields=frozenset({"secret"}))
     async def store_secret(ctx: ToolContext, args: SecretArgs) -> object:
         probe.executions[ctx.tool_call_id] += 1
-        return {"stored": args.name}
+        return {"stored": args.name, "secret": args.secret}  # as a REST service answers the created resource
 
     @struct_tool(name="keep_value", description="Keep any JSON value (needs approval).", arguments=ValueArgs,
                  permission="articles:write", mutates=True)
