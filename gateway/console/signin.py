@@ -178,9 +178,16 @@ async def sign_in_with_token(request: Request) -> Response[Any]:
 
 @post("/sign-out", include_in_schema=False, status_code=303)
 async def sign_out(request: Request) -> Response[Any]:
-    me = await signed_in(request, spend=False)  # a user over the rate can still sign out
-    await checked_form(request, me.csrf_token)
+    """Ends the session the cookie names, whatever became of its user or tenant since: a user
+    of a tenant disabled meanwhile still ends theirs, or the old cookie would work again once
+    the tenant is enabled. Spends no rate tokens: a user over the rate can still sign out."""
     services = services_of(request)
-    await session_store(services).end(request.cookies.get(COOKIE))
-    log.info("console_signed_out", tenant=me.principal.tenant_id, user=me.principal.user_id)
+    store = session_store(services)
+    value = request.cookies.get(COOKIE)
+    record = await store.use(value)
+    if record is None:
+        raise SignInRequired()
+    await checked_form(request, record.csrf_token)
+    await store.end(value)
+    log.info("console_signed_out", tenant=record.tenant_id, user=record.user_id)
     return redirect(SIGN_IN, cookies=[cleared_cookie(request, services)])

@@ -127,6 +127,37 @@ async def test_sign_out_ends_the_session_and_the_old_cookie_no_longer_works(pg_c
     assert again.status_code == 303 and again.headers["location"] == "/console/sign-in"
 
 
+async def test_sign_out_while_the_tenant_is_disabled_still_ends_the_session(pg_client, seeded_pg_url):
+    """A review's reproduction: sign-out rebuilt the user first, which a disabled tenant
+    refuses; the session stayed, and worked again once the tenant was enabled."""
+    import sqlalchemy as sa
+
+    from gateway.db.models import Tenant
+    from gateway.wiring import services_of
+
+    await sign_in(pg_client)
+    old = pg_client.cookies.get("gateway_console")
+    csrf = await page_csrf(pg_client)
+    await db.execute(seeded_pg_url, sa.update(Tenant).where(Tenant.id == "acme").values(disabled=True))
+    services_of(pg_client.app).tenant_directory.invalidate()
+    response = await pg_client.post("/console/sign-out", data={"csrf_token": csrf})
+    assert response.status_code == 303 and response.headers["location"] == "/console/sign-in"
+    assert "gateway_console=" in response.headers["set-cookie"] and "Max-Age=0" in response.headers["set-cookie"]
+
+    await db.execute(seeded_pg_url, sa.update(Tenant).where(Tenant.id == "acme").values(disabled=False))
+    services_of(pg_client.app).tenant_directory.invalidate()
+    pg_client.cookies.set("gateway_console", old, path="/console")
+    again = await pg_client.get("/console/approvals")
+    assert again.status_code == 303 and again.headers["location"] == "/console/sign-in"
+
+
+async def test_sign_out_without_the_sessions_csrf_token_ends_nothing(pg_client):
+    await sign_in(pg_client)
+    refused = await pg_client.post("/console/sign-out", data={"csrf_token": "forged"})
+    assert refused.status_code == 403
+    assert (await pg_client.get("/console/approvals")).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("overrides", "keep_using"),
     [({"console_session_idle_s": 1}, False), ({"console_session_max_s": 1}, True)],
