@@ -260,13 +260,24 @@ def out_of_range_field(value: Any, path: str = "") -> str | None:
 
 # --- messages --------------------------------------------------------------------------------
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029]")
+_INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+"""Bidirectional controls and invisible format characters: shown raw, U+202E turns
+``"\u202e00001"`` into what reads as 10000, and a path into one that ends in ``.jpg``."""
+_UNPRINTABLE = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029{_INVISIBLE}]")
+_REORDERING = re.compile(f"[{_INVISIBLE}]")
+
+
+def visible(text: str) -> str:
+    """``text`` with its bidirectional controls and invisible format characters written as
+    ``\\u`` escapes: what a person reads is the order it holds (a page of the console)."""
+    return _REORDERING.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def quoted(text: str, limit: int = MAX_QUOTED) -> str:
     """``text`` fit to appear inside a message: cut to ``limit`` characters, control
-    characters, line separators and lone surrogates written as ``\\u`` escapes (four hex digits), so a
-    message can always be encoded, stored and shown on one line."""
+    characters, line separators, lone surrogates, bidirectional controls and invisible
+    format characters written as ``\\u`` escapes (four hex digits), so a message can always be
+    encoded, stored and shown on one line, in the order it holds."""
     cut = text[:limit]
     shown = _UNPRINTABLE.sub(lambda m: f"\\u{ord(m[0]):04x}", cut)
     return shown + ("…" if len(text) > limit else "")

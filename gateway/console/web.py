@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from markupsafe import Markup
 from litestar import Request, Response
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.datastructures import Cookie
@@ -24,7 +25,7 @@ from gateway.console.sessions import ConsoleSessionRecord, SessionStore
 from gateway.errors import ERRORS, ErrorCode, GatewayError, new_error_id
 from gateway.logging import bind_request
 from gateway.ratelimit.middleware import spend_rate
-from gateway.text import is_storable
+from gateway.text import is_storable, visible
 from gateway.wiring import SLOT_KEY, Services
 
 log = structlog.get_logger("gateway.console")
@@ -50,6 +51,21 @@ MAX_FIELD_CHARS = 16_384
 """The longest value any console form field may hold (a token is far shorter)."""
 
 ENGINE = JinjaTemplateEngine(directory=TEMPLATES)
+
+
+def _shown(value: Any) -> Any:
+    """Every value a page shows, after its bidirectional controls and invisible format
+    characters became visible escapes: arguments, results, names and reasons come from
+    models, services and requesters, and U+202E would reorder what an approver reads."""
+    if not isinstance(value, str):
+        return value
+    shown = visible(value)
+    if shown is value or shown == value:
+        return value
+    return Markup(shown) if isinstance(value, Markup) else shown
+
+
+ENGINE.engine.finalize = _shown  # before any template is compiled: finalize is compiled in
 
 
 class SignInRequired(Exception):

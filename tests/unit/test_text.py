@@ -26,6 +26,7 @@ from gateway.text import (
     quoted,
     unstorable_json_text,
     refuse_line_breaks,
+    visible,
 )
 from gateway.text import _JSON_STRING  # noqa: PLC2701 -- its linearity is the point
 
@@ -124,6 +125,13 @@ def test_quoted_escapes_what_cannot_be_shown_and_cuts_long_text():
     assert quoted("a\x00b\ud800c\n") == "a\\u0000b\\ud800c\\u000a"
     assert quoted("k" * 100) == "k" * 64 + "…"
     quoted("\udfff" * 10).encode()  # always encodable
+
+
+def test_bidirectional_controls_are_shown_as_escapes_and_other_text_is_left_alone():
+    """A terminal or a page shows U+202E by reversing what follows: "\u202e00001" reads 10000."""
+    assert quoted("\u202e00001 \u2066x\u2069 \u200b\ufeff") == "\\u202e00001 \\u2066x\\u2069 \\u200b\\ufeff"
+    assert visible("pay \u202e00001 to Zoë, 😀") == "pay \\u202e00001 to Zoë, 😀"
+    assert visible("אבג abc") == "אבג abc"  # right-to-left letters are text, not controls
 
 
 def test_a_document_problem_names_the_rule_it_breaks():
