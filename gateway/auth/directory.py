@@ -78,25 +78,28 @@ class TenantDirectory:
         if entry is not None:
             return entry
         pending = self._loading.get(tenant_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
-        self._loading[tenant_id] = future
-        try:
-            async with self._db.connect() as conn:
-                record = await load_tenant(conn, tenant_id=tenant_id)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it, nobody else must
-            raise
-        finally:
-            self._loading.pop(tenant_id, None)
+        if pending is None:
+            # A task of its own, shared by every caller waiting for this tenant: one caller
+            # cancelled (its client gone, shutdown) must not cancel the others' load.
+            pending = asyncio.ensure_future(self._load(tenant_id))
+            self._loading[tenant_id] = pending
+            pending.add_done_callback(lambda task: self._loaded(tenant_id, task))
+        return await asyncio.shield(pending)
+
+    async def _load(self, tenant_id: str) -> _Entry:
+        async with self._db.connect() as conn:
+            record = await load_tenant(conn, tenant_id=tenant_id)
         if len(self._entries) > 10_000:
             self._entries.clear()
         entry = _Entry(loaded_at=time.monotonic(), record=record)
         self._entries[tenant_id] = entry
-        future.set_result(entry)
         return entry
+
+    def _loaded(self, tenant_id: str, task: asyncio.Future[_Entry]) -> None:
+        if self._loading.get(tenant_id) is task:
+            del self._loading[tenant_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: the waiters re-raise it; with none left, nobody must
 
     def invalidate(self, tenant_id: str | None = None) -> None:
         if tenant_id is None:
