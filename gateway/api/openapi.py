@@ -278,11 +278,11 @@ def tighten(document: dict[str, Any], routes: Iterable[Any], *, max_batch_size: 
 
 def _statuses(operation: dict[str, Any], *, public: bool) -> list[int]:
     """The errors that follow from the operation's shape (a route adds its own, e.g. 409 or 422)."""
-    statuses: list[int] = []
+    # 400 on every route: the app refuses a query parameter that is not storable text (a NUL,
+    # a lone surrogate) before any handler, whether the route reads the query or not.
+    statuses: list[int] = [400]
     parameters = operation.get("parameters", [])
     has_body = "requestBody" in operation
-    if has_body or parameters:
-        statuses.append(400)
     if has_body:
         statuses.append(413)
     if not public:

@@ -7,6 +7,8 @@ import re
 import pytest
 from openapi_spec_validator import validate
 
+from tests.support.tokens import auth_for
+
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
@@ -181,6 +183,17 @@ async def test_every_route_documents_the_errors_it_can_answer(document):
             assert {"400", "404"} <= statuses, (path, method)
 
 
+async def test_a_query_parameter_no_route_reads_answers_a_documented_400_on_every_get(client, document):
+    """A review's reproduction: a NUL in any query parameter is refused on every route, while
+    routes without parameters or body did not document 400."""
+    for path, method, operation in operations(document):
+        if method != "get" or "{" in path:
+            continue
+        response = await client.get(path, params={"x": "\x00"}, headers=auth_for("carol"))
+        assert response.status_code == 400, (path, response.status_code)
+        assert "400" in operation["responses"], path
+
+
 async def test_answers_that_carry_an_id_link_to_the_operations_that_take_it(document):
     links = document["paths"]["/v1/runs"]["post"]["responses"]["201"]["links"]
     by_target = {link["operationId"]: link["parameters"] for link in links.values()}
@@ -199,7 +212,6 @@ async def test_every_route_that_documents_413_answers_it_for_an_oversized_body(s
 
     from gateway.app import create_app
     from tests.support.app import make_settings
-    from tests.support.tokens import auth_for
 
     app = create_app(make_settings(seeded_pg_url, max_body_bytes=1024))
     async with AsyncTestClient(app=app) as small:
@@ -223,7 +235,6 @@ async def test_every_route_that_documents_413_answers_it_for_an_oversized_body(s
 
 @pytest.mark.postgres
 async def test_options_allows_exactly_the_documented_methods_of_each_path(pg_client):
-    from tests.support.tokens import auth_for
 
     doc = (await pg_client.get("/schema/openapi.json")).json()
     for path, item in doc["paths"].items():
