@@ -15,10 +15,12 @@ call ``check_request`` first).
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import msgspec
 from litestar import Request
+from litestar.params import QueryParameter
 from litestar.types import Empty
 
 from gateway.errors import ErrorCode, GatewayError
@@ -100,10 +102,38 @@ def request_class(*, max_json_depth: int) -> type[GatewayRequest]:
 async def check_request(request: Request[Any, Any, Any]) -> None:
     """Before any handler: query parameters hold storable text, and a route that needs a body
     gets one (Litestar would otherwise say only that ``data`` is missing)."""
+    seen: set[str] = set()
+    integers = _integer_parameters(request.route_handler)
     for name, value in request.query_params.multi_items():
         problem = unstorable_text_problem(name) or unstorable_text_problem(value)
         if problem is not None:
             raise GatewayError(ErrorCode.INVALID_REQUEST, f"Invalid query parameter `{quoted(name)}`: {problem}.")
+        if name in seen:
+            # As for a body's repeated key: which one counts would be a guess.
+            raise GatewayError(ErrorCode.INVALID_REQUEST, f"Query parameter `{quoted(name)}` is given more than once.")
+        seen.add(name)
+        if name in integers and _DECIMAL.fullmatch(value) is None:
+            # Not coerced: `limit=1.0` or `limit=1e2` is a client's mistake, not 1 or 100.
+            raise GatewayError(
+                ErrorCode.INVALID_REQUEST, f"Query parameter `{quoted(name)}` must be an integer in decimal digits."
+            )
     field = request.route_handler.parsed_data_field
     if field is not None and not field.is_optional and not await request.body():
         raise invalid_body(f"it is empty; expected {expected_shape(field.annotation)}")
+
+
+_DECIMAL = re.compile(r"-?[0-9]{1,18}")
+_INTEGER_PARAMETERS: dict[object, frozenset[str]] = {}
+
+
+def _integer_parameters(handler: Any) -> frozenset[str]:
+    """The query parameters of a route typed as integers (read once per route)."""
+    names = _INTEGER_PARAMETERS.get(handler)
+    if names is None:
+        names = frozenset(
+            name for name, field in handler.parsed_fn_signature.parameters.items()
+            if isinstance(field.kwarg_definition, QueryParameter) and field.is_subclass_of(int)
+            and not field.is_subclass_of(bool)
+        )
+        _INTEGER_PARAMETERS[handler] = names
+    return names

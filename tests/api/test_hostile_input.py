@@ -235,3 +235,23 @@ async def test_an_unknown_key_inside_function_refuses_the_batch(pg_client):
     response = await pg_client.post(f"/v1/runs/{run['id']}/tool-calls", json={"tool_calls": [entry]}, headers=BOB)
     error = assert_error(response, 422, "INVALID_TOOL_CALL")
     assert "`tool_calls[0].function.strict` is not a known field; expected only `name`, `arguments`" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["limit=1.0", "limit=1e2", "limit=%2B1", "limit=%201", "limit=0x10", "limit=1&limit=2",
+     "status=pending&status=rejected"],
+)
+@pytest.mark.parametrize("path", ["/v1/admin/approvals", "/v1/admin/audit"])
+async def test_a_query_integer_not_in_decimal_digits_or_a_parameter_given_twice_is_400(pg_client, path, query):
+    """A review's reproduction: `limit=1.0` read as 1, and `status=pending&status=rejected`
+    silently took one of the two, where a body refuses a repeated key for that ambiguity."""
+    if path == "/v1/admin/audit" and query.startswith("status"):
+        query = "kind=tool_call&kind=approval_decision"
+    response = await pg_client.get(f"{path}?{query}", headers=auth_for("carol"))
+    assert_error(response, 400, "INVALID_REQUEST")
+
+
+async def test_a_plain_query_integer_is_still_read(pg_client):
+    response = await pg_client.get("/v1/admin/approvals?limit=2", headers=auth_for("carol"))
+    assert response.status_code == 200, response.text
