@@ -207,6 +207,18 @@ class TokenVerifier:
             jwk = await self._jwks.key_for(kid if isinstance(kid, str) else None)
         except JwksKeyNotFound:
             raise InvalidToken("unknown_kid") from None
-        if jwk.key_type != family or (jwk.algorithm_name and jwk.algorithm_name != algorithm):
+        if jwk.key_type != family or _key_algorithm(jwk) not in (None, algorithm):
             raise InvalidToken("key_algorithm_mismatch")
         return jwk.key
+
+
+def _key_algorithm(jwk: Any) -> str | None:
+    """The one algorithm a key of the JWKS may sign with: its ``alg``; without one, an EC key's
+    curve names it (P-256 is ES256), an RSA key's nothing — PyJWT's default of RS256 would
+    refuse an identity provider's RS384 or PS256 tokens whose JWKS, as many do, omits ``alg``."""
+    declared = getattr(jwk, "_jwk_data", {}).get("alg")
+    if isinstance(declared, str) and declared:
+        return declared
+    if jwk.key_type == "RSA":
+        return None
+    return str(jwk.algorithm_name) if jwk.algorithm_name else None

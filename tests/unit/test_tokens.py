@@ -257,6 +257,24 @@ async def test_a_key_of_another_family_is_refused(jwks_server, http):
     assert await refused(jwks_verifier(jwks_server, http), token) == "key_algorithm_mismatch"
 
 
+@pytest.mark.parametrize("algorithm", ["RS384", "PS256"])
+async def test_an_rsa_key_without_alg_verifies_every_allowed_rsa_algorithm(jwks_server, http, algorithm):
+    """A review's find: PyJWT reads an RSA key without `alg` as RS256, so an identity provider
+    whose JWKS omits `alg` (many do) could not sign RS384 or PS256 tokens the settings allow."""
+    jwk = public_jwk("rsa-bare", rsa_key("rsa-bare"), "RS256")
+    del jwk["alg"]
+    jwks_server.keys = [jwk]
+    verifier = jwks_verifier(jwks_server, http, jwt_algorithms=("RS256", "RS384", "PS256"))
+    token = signed(rsa_key("rsa-bare"), algorithm, "rsa-bare", idp_claims(user="bare"))
+    assert (await verifier.verify(token)).sub == "bare"
+
+
+async def test_a_key_that_names_its_alg_verifies_that_one_only(jwks_server, http):
+    verifier = jwks_verifier(jwks_server, http, jwt_algorithms=("RS256", "RS384"))
+    token = signed(rsa_key("rsa-1"), "RS384", "rsa-1", idp_claims())  # rsa-1 is published as RS256
+    assert await refused(verifier, token) == "key_algorithm_mismatch"
+
+
 async def test_an_hs256_token_signed_with_the_rsa_public_key_is_refused(jwks_server, http):
     """Algorithm confusion: the attacker knows the public key and uses it as an HMAC secret."""
     token = hs256_with_raw_key(public_pem(rsa_key("rsa-1")), idp_claims(roles=["admin"]), kid="rsa-1")
