@@ -234,6 +234,10 @@ class HttpToolHandler:
                 ErrorCode.TOOL_EXECUTION_FAILED, "The service could not be reached.", error_id=error_id
             ) from None
         except EncodedBody as exc:
+            if exc.status is not None and not 200 <= exc.status < 300:
+                # A refusal says what it means by its status (429 and its Retry-After, a
+                # retryable 503): that stands, only its compressed body goes unread.
+                raise self._error(exc.status, b"", exc.headers, started) from None
             error_id = new_error_id()
             log.warning("service_call_failed", **self._log_fields, status=exc.status, error_id=error_id,
                         problem="encoded_body", content_encoding=exc.encoding, duration_ms=elapsed_ms(started))

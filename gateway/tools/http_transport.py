@@ -489,7 +489,7 @@ class ToolConnection:
         while answer.status is None:
             await self._receive(answer, read_timeout)
         status = answer.status
-        refuse_encoded(header_value(answer.headers, b"content-encoding").decode("latin-1"), status)
+        refuse_encoded(header_value(answer.headers, b"content-encoding").decode("latin-1"), status, answer.headers)
         limit = call.limit if 200 <= status < 300 else call.error_limit
         while not answer.complete and len(answer.body) <= limit:
             await self._receive(answer, read_timeout)
@@ -583,9 +583,13 @@ IDENTITY = {"accept-encoding": "identity"}
 class EncodedBody(Exception):
     """The response came compressed (or otherwise encoded) although identity was asked for."""
 
-    def __init__(self, encoding: str, status: int | None = None) -> None:
+    def __init__(
+        self, encoding: str, status: int | None = None, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.encoding = encoding[:40]
         self.status = status
+        self.headers = headers or []
+        """The answer's headers (a refusal's ``Retry-After``), when the pool read them."""
         super().__init__(self.encoding)
 
 
@@ -605,11 +609,13 @@ def header_value(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes:
     return values[0] if len(values) == 1 else b", ".join(values)
 
 
-def refuse_encoded(content_encoding: str, status: int | None = None) -> None:
+def refuse_encoded(
+    content_encoding: str, status: int | None = None, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     """Raise ``EncodedBody`` unless ``content_encoding`` (a response's header) says identity."""
     encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):
-        raise EncodedBody(encoding, status)
+        raise EncodedBody(encoding, status, headers)
 
 
 async def _read_capped(content_encoding: str, chunks: AsyncIterator[bytes], limit: int) -> tuple[bytes, bool]:
