@@ -234,7 +234,14 @@ class OidcClient:
             claims = await self._verifier.verify(answer.id_token)
         except InvalidToken as exc:
             raise SignInFailed(f"id_token_{exc.reason}") from None
-        nonce = jwt.decode(answer.id_token, options={"verify_signature": False}).get("nonce")
+        verified = jwt.decode(answer.id_token, options={"verify_signature": False})  # verified just above
+        nonce = verified.get("nonce")
         if not isinstance(nonce, str) or not hmac.compare_digest(nonce.encode(), row.nonce.encode()):
             raise SignInFailed("nonce_mismatch")
+        # OpenID Connect Core 3.1.3.7: a token for several audiences names the party it was
+        # issued to (azp), which must be this client; named at all, it must be this client.
+        audiences, party = verified.get("aud"), verified.get("azp")
+        several = isinstance(audiences, list) and len(audiences) > 1
+        if (several or party is not None) and party != self._client_id:
+            raise SignInFailed("authorized_party_mismatch")
         return claims

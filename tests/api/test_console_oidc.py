@@ -36,6 +36,7 @@ def settings_overrides(provider):
 def fresh(pg_client, provider):
     pg_client.follow_redirects = False
     provider.nonce_override = None
+    provider.extra_claims = {}
     provider.user, provider.roles = "carol", ["admin"]
     provider.raw_answers = {}
 
@@ -189,6 +190,25 @@ async def test_an_id_token_with_another_nonce_is_refused(pg_client, provider):
     response = await pg_client.get(path, params=query)
     assert response.status_code == 401
     assert (await pg_client.get("/console/approvals")).status_code == 303
+
+
+@pytest.mark.parametrize("claims", [
+    {"aud": [CLIENT_ID, "another-client"]},  # several audiences: azp must name this client
+    {"aud": [CLIENT_ID, "another-client"], "azp": "another-client"},
+    {"azp": "another-client"},  # issued to another party
+], ids=["two-audiences-no-azp", "two-audiences-other-azp", "other-azp"])
+async def test_an_id_token_issued_to_another_party_is_refused(pg_client, provider, claims):
+    provider.extra_claims = claims
+    path, query = await to_provider_and_back(pg_client)
+    assert (await pg_client.get(path, params=query)).status_code == 401
+    assert (await pg_client.get("/console/approvals")).status_code == 303
+
+
+async def test_an_id_token_with_several_audiences_and_this_client_as_azp_signs_in(pg_client, provider):
+    provider.extra_claims = {"aud": [CLIENT_ID, "another-client"], "azp": CLIENT_ID}
+    path, query = await to_provider_and_back(pg_client)
+    assert (await pg_client.get(path, params=query)).status_code in (200, 303)
+    assert (await pg_client.get("/console/approvals")).status_code == 200
 
 
 async def test_an_id_token_for_an_unknown_tenant_is_refused(pg_client, provider):

@@ -34,6 +34,8 @@ class OidcProvider:
         self.roles = roles if roles is not None else ["admin"]
         self.nonce_override: str | None = None
         """When set, ID tokens carry this nonce instead of the one asked for."""
+        self.extra_claims: dict[str, Any] = {}
+        """Claims ID tokens carry besides (or in place of) the usual ones, e.g. ``aud``, ``azp``."""
         self.authorize_requests: list[dict[str, str]] = []
         self.token_requests: list[dict[str, str]] = []
         self.raw_answers: dict[str, bytes] = {}
@@ -131,7 +133,7 @@ class OidcProvider:
         claims = {
             "iss": self.issuer, "aud": CLIENT_ID, "sub": self.user, "tenant_id": self.tenant, "roles": self.roles,
             "nonce": self.nonce_override if self.nonce_override is not None else asked.get("nonce"),
-            "iat": now, "exp": now + 300,
+            "iat": now, "exp": now + 300, **self.extra_claims,
         }
         id_token = jwt.encode(claims, self._key, algorithm="ES256", headers={"kid": KID})
         return 200, {"access_token": secrets.token_urlsafe(16), "token_type": "Bearer", "id_token": id_token}
