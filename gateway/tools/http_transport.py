@@ -275,6 +275,13 @@ class ServiceConnection(httpcore.AsyncHTTP11Connection):
         return not leftover and not closed and not self._stream.unclaimed()
 
 
+@dataclass(slots=True)
+class _OriginSlots:
+    semaphore: asyncio.Semaphore
+    users: int = 0
+    """Exchanges holding or waiting for one of the semaphore's slots."""
+
+
 class ServicePool:
     """Keep-alive HTTP/1.1 connections per origin and partition, reused most-recent first.
 
@@ -284,6 +291,10 @@ class ServicePool:
     is closed. At most ``max_keepalive_connections`` are idle in all: past that the least
     recently released goes. Every step is constant time, whatever the number of connections
     (an eviction removes from one partition's short list).
+
+    An HTTP tool's exchange also takes one of ``max_per_origin`` slots of its service (three
+    quarters of the pool): a service that hangs, with several tenants' calls waiting on it,
+    leaves the other services a quarter of the pool. (Each tenant has its own turns besides.)
     """
 
     def __init__(
@@ -299,6 +310,9 @@ class ServicePool:
         self.max_connections = max_connections
         self.max_keepalive_connections = max_keepalive_connections
         self._slots = asyncio.Semaphore(max_connections)
+        self.max_per_origin = max(1, max_connections * 3 // 4)
+        self._origins: dict[tuple[bytes, bytes, int], _OriginSlots] = {}
+        """The slots of each service with exchanges in flight or waiting (gone when none is)."""
         self._keepalive_expiry = keepalive_expiry
         self._backend = network_backend
         self._idle: dict[_Key, list[Any]] = {}
@@ -330,19 +344,49 @@ class ServicePool:
         """Send ``call`` and read its answer: the body up to ``call.limit`` bytes for a 2xx,
         ``call.error_limit`` for any other status. Raises httpcore's exceptions (timeouts,
         network and protocol errors) and ``EncodedBody``, as ``handle_async_request`` does."""
-        await self._take_slot(call.timeouts.get("pool"))
-        key = (call.scheme, call.host, call.port, (_TOOL, call.partition))
-        connection: ToolConnection | None = None
+        origin = (call.scheme, call.host, call.port)
+        slots = await self._take_origin_slot(origin, call.timeouts.get("pool"))
         try:
-            connection = await self._take_idle(key) or await self._connect_tool(call)
-            answer = await connection.exchange(call)
+            await self._take_slot(call.timeouts.get("pool"))
+            key = (call.scheme, call.host, call.port, (_TOOL, call.partition))
+            connection: ToolConnection | None = None
+            try:
+                connection = await self._take_idle(key) or await self._connect_tool(call)
+                answer = await connection.exchange(call)
+            except BaseException:
+                self._slots.release()
+                if connection is not None:
+                    await connection.aclose()
+                raise
+            await self.release(connection, key)
+            return answer
+        finally:
+            slots.semaphore.release()
+            self._leave_origin(origin, slots)
+
+    async def _take_origin_slot(self, origin: tuple[bytes, bytes, int], timeout: float | None) -> _OriginSlots:
+        slots = self._origins.get(origin)
+        if slots is None:
+            slots = self._origins[origin] = _OriginSlots(asyncio.Semaphore(self.max_per_origin))
+        slots.users += 1
+        try:
+            if slots.semaphore.locked():
+                async with asyncio.timeout(timeout):
+                    await slots.semaphore.acquire()
+            else:
+                await slots.semaphore.acquire()
+        except TimeoutError:
+            self._leave_origin(origin, slots)
+            raise httpcore.PoolTimeout() from None
         except BaseException:
-            self._slots.release()
-            if connection is not None:
-                await connection.aclose()
+            self._leave_origin(origin, slots)
             raise
-        await self.release(connection, key)
-        return answer
+        return slots
+
+    def _leave_origin(self, origin: tuple[bytes, bytes, int], slots: _OriginSlots) -> None:
+        slots.users -= 1
+        if slots.users == 0 and self._origins.get(origin) is slots:
+            del self._origins[origin]
 
     async def _take_slot(self, timeout: float | None) -> None:
         """One of ``max_connections``, within ``timeout`` (``PoolTimeout`` past it)."""

@@ -175,3 +175,32 @@ async def test_a_tls_connection_let_go_gives_its_socket_back_at_once():
         ToolConnection.aclose = close  # type: ignore[method-assign]
         await transport.aclose()
         stop.set()
+
+
+async def test_a_service_that_hangs_holds_at_most_three_quarters_of_the_pool(hostile):
+    """A review's reproduction: four tenants' calls (25 turns each) to one hung service held
+    the whole pool, and a fifth tenant's call to a healthy service timed out waiting for it."""
+    release = asyncio.Event()
+
+    async def hang(number: int, path: bytes, reader, writer) -> bool:
+        await release.wait()
+        writer.write(answer(b"own:" + path))
+        await writer.drain()
+        return True
+
+    _, hung = await hostile(hang)
+    _, healthy = await hostile(None)
+    transport = transport_with(max_connections=8, max_keepalive=8)
+    pool = pool_of(transport)
+    try:
+        stuck = [asyncio.create_task(pool.exchange(call(hung, b"/hang", timeout=5.0))) for _ in range(8)]
+        await asyncio.sleep(0.2)
+        answered = await pool.exchange(call(healthy, b"/other", timeout=1.0))
+        assert answered.body == b"own:/other"
+        assert pool.max_per_origin == 6
+        release.set()
+        assert [(await task).body for task in stuck] == [b"own:/hang"] * 8  # the waiting two in turn
+        assert pool._origins == {}  # noqa: SLF001 -- nothing kept for services with no call
+    finally:
+        release.set()
+        await transport.aclose()
