@@ -537,10 +537,13 @@ class ToolConnection:
         limit = call.limit if 200 <= status < 300 else call.error_limit
         while not answer.complete and len(answer.body) <= limit:
             await self._receive(answer, read_timeout)
+        if len(answer.body) > limit:
+            # Cut at its limit (one copy, not two: a result may be megabytes): the rest is never
+            # read, and the connection is closed when released.
+            with memoryview(answer.body) as read:
+                kept = bytes(read[:limit])
+            return ServiceAnswer(status=status, headers=answer.headers, body=kept, complete=False)
         body = bytes(answer.body)
-        if len(body) > limit:
-            # Cut at its limit: the rest is never read, and the connection is closed when released.
-            return ServiceAnswer(status=status, headers=answer.headers, body=body[:limit], complete=False)
         # How a service refuses a body it did not read (401, 413, ...): it may read that body
         # as its next request, and answer it whenever, so the connection is not reused.
         if answer.keep_alive() and not (call.body and not 200 <= status < 300):
