@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import httpx2
 import jsonschema_rs
+import msgspec
 import mcp_types as types
 import structlog
 from mcp.client.session import ClientSession
@@ -48,8 +49,9 @@ class GatewayClientSession(ClientSession):
     the server listed with jsonschema-rs instead of the SDK's ``jsonschema``: that one matches
     ``pattern`` with Python's backtracking ``re`` on the event loop, where a server's
     ``^(a+)+$`` and a 30-byte answer hold every tenant's requests for hours, beyond any
-    timeout; jsonschema-rs matches in linear time. A tool this session has not listed is not
-    checked: the SDK would list the tools first, in the caller's context."""
+    timeout; jsonschema-rs with its non-backtracking engine matches in linear time. A schema
+    that references itself or is large is not checked (``_unbounded``), nor a tool this
+    session has not listed: the SDK would list the tools first, in the caller's context."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -71,13 +73,38 @@ def _output_check(checks: dict[str, tuple[object, Any]], name: str, schema: dict
     known = checks.get(name)
     if known is not None and known[0] is schema:
         return known[1]
-    try:
-        # offline: a schema must never make the gateway fetch anything.
-        check = jsonschema_rs.validator_for(schema, offline=True)
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError, RecursionError):
-        raise RuntimeError(f"Invalid output schema for tool {name}") from None
+    check: Any = _UNCHECKED
+    if not _unbounded(schema):
+        try:
+            # offline: a schema must never make the gateway fetch anything. The regex engine
+            # without backtracking: a backreference or lookaround makes the schema invalid.
+            check = jsonschema_rs.validator_for(schema, offline=True, pattern_options=jsonschema_rs.RegexOptions())
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError, RecursionError):
+            raise RuntimeError(f"Invalid output schema for tool {name}") from None
     checks[name] = (schema, check)
     return check
+
+
+class _Unchecked:
+    @staticmethod
+    def is_valid(instance: object) -> bool:
+        return True
+
+
+_UNCHECKED = _Unchecked()
+MAX_CHECKED_SCHEMA_BYTES = 64 * 1024
+_REFERENCES = (b'"$ref"', b'"$dynamicRef"', b'"$recursiveRef"')
+
+
+def _unbounded(schema: dict[str, Any]) -> bool:
+    """A schema whose check could take unbounded time on the event loop, left unchecked (the
+    answer is still cut and encoded as any tool's): references, which can fan out doubly at
+    each level (2^40 checks from 3 KB), or a schema past 64 KB."""
+    try:
+        encoded = msgspec.json.encode(schema)
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
+        return True
+    return len(encoded) > MAX_CHECKED_SCHEMA_BYTES or any(key in encoded for key in _REFERENCES)
 
 
 class SessionUnavailable(Exception):
