@@ -173,6 +173,20 @@ async def finish(
     )
 
 
+async def call_is_finished(conn: AsyncConnection, *, tenant_id: str, run_id: str, tool_call_id: str) -> bool:
+    """Whether the call has its outcome stored (its row locked until the transaction ends)."""
+    status = (await conn.execute(
+        sa.select(tool_calls.c.status)
+        .where(
+            tool_calls.c.tenant_id == tenant_id,
+            tool_calls.c.run_id == run_id,
+            tool_calls.c.tool_call_id == tool_call_id,
+        )
+        .with_for_update()
+    )).scalar_one_or_none()
+    return status == "done"
+
+
 async def store_call_outcome(
     conn: AsyncConnection, *, tenant_id: str, run_id: str, tool_call_id: str, outcome: str, content: str,
     now: datetime,

@@ -95,7 +95,9 @@ class TransactionalCalls:
             # tells of it. Shielded: the record lands even if this task is cancelled again.
             log.warning("transactional_call_cancelled", tool=tool.name, tool_call_id=tool_call_id, run=run_id,
                         **(log_fields or {}))
-            await asyncio.shield(record_alone(failure(ErrorCode.TOOL_CALL_CANCELLED, None)))
+            await asyncio.shield(self.record_unless_finished(
+                principal.tenant_id, run_id, tool_call_id, record, failure(ErrorCode.TOOL_CALL_CANCELLED, None)
+            ))
 
         if tool.remote:
             # A tool whose effects live elsewhere (a business service behind HTTP): nothing of
@@ -133,6 +135,18 @@ class TransactionalCalls:
                 await record(conn, failed)
             return failed
         return outcome
+
+    async def record_unless_finished(
+        self, tenant_id: str, run_id: str, tool_call_id: str, record: Recorder, outcome: CallOutcome
+    ) -> bool:
+        """Record ``outcome`` unless the call has one already: a cancellation that lands while
+        the call's own transaction commits (the database committed, its answer not yet read)
+        must not overwrite the outcome it stored, nor audit the call twice."""
+        async with self._db.begin() as conn:
+            if await q.call_is_finished(conn, tenant_id=tenant_id, run_id=run_id, tool_call_id=tool_call_id):
+                return False
+            await record(conn, outcome)
+        return True
 
     async def run_plan(
         self, principal: Principal, run_id: str, plan: Any, *, request_id: str | None

@@ -107,3 +107,44 @@ async def test_an_approval_cancelled_while_its_call_runs_ends_failed_cancelled_n
         assert await rows.articles(database_url, title="slow write") == []
     finally:
         await ledger.close()
+
+
+async def test_a_cancellation_after_the_call_committed_leaves_its_outcome_and_audits_nothing_more(
+    db: Database, database_url: str
+):
+    """A review's reproduction (a 50 ms link to the database): the request cancelled while the
+    call's COMMIT was on its way overwrote the stored OK with TOOL_CALL_CANCELLED and audited
+    the call twice, its write committed."""
+    from gateway.audit.rows import AuditRow, append_audit
+    from gateway.db import approvals as q
+    from gateway.execution.transactional import TransactionalCalls, failure
+    from gateway.errors import ErrorCode
+
+    probe = Probe()
+    ledger = create_ledger(db, approval_ttl=timedelta(hours=1))
+    settings = make_settings(database_url)
+    executor = ToolExecutor(settings=settings, db=db, registry=registry_with_probe(probe), ledger=ledger,
+                            metrics=Metrics())
+    try:
+        async with db.begin() as conn:
+            run = await create_run(conn, tenant_id="acme", user_id="bob", max_tool_calls=10, max_repeats=2,
+                                   expires_at=None, now=datetime.now(UTC))
+        quick = ToolCallRequest(id="w1", name="slow_write", arguments=b'{"seconds": 0}')
+        [done] = await executor.execute(BOB, run.id, [quick], request_id="req_done")
+        assert done.outcome == "OK"
+
+        async def record(conn, outcome) -> None:
+            await q.store_call_outcome(conn, tenant_id="acme", run_id=run.id, tool_call_id="w1",
+                                       outcome=outcome.outcome, content=outcome.content, now=datetime.now(UTC))
+            await append_audit(conn, AuditRow(tenant_id="acme", kind="tool_call", outcome=outcome.outcome,
+                                              created_at=datetime.now(UTC), run_id=run.id, tool_call_id="w1"))
+
+        calls = TransactionalCalls(settings=settings, db=db)
+        late = failure(ErrorCode.TOOL_CALL_CANCELLED, None)
+        assert await calls.record_unless_finished("acme", run.id, "w1", record, late) is False
+        [replayed] = await executor.execute(BOB, run.id, [quick], request_id="req_replay")
+        assert replayed.outcome == "OK"
+        audited = await rows.audit_rows(database_url, run_id=run.id, tool_call_id="w1", kind="tool_call")
+        assert [row.outcome for row in audited] == ["OK"]
+    finally:
+        await ledger.close()
