@@ -24,10 +24,12 @@ from urllib.parse import quote, quote_plus
 
 import msgspec
 
-from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
+from gateway.text import nests_deeper_than
 from gateway.tools.base import REDACTED
 
 MIN_INNER_CHARS = 4
+MAX_WALKED_DEPTH = 64
+"""Deepest JSON scrubbed value by value; a deeper body is scrubbed as text."""
 
 _ANY_JSON = msgspec.json.Decoder()
 
@@ -63,7 +65,9 @@ class Sensitive:
         """``data`` with the values taken out: JSON stays JSON (re-encoded), other text stays text."""
         if not self._whole or not data:
             return data
-        if not nests_deeper_than(data, MAX_JSON_DEPTH_CEILING):
+        # Walked by recursion (two frames a level): deeper documents are scrubbed as text,
+        # which takes the JSON-escaped forms out of their strings all the same.
+        if not nests_deeper_than(data, MAX_WALKED_DEPTH):
             try:
                 document = _ANY_JSON.decode(data)
             except msgspec.DecodeError:

@@ -62,3 +62,12 @@ def test_a_form_encoded_value_with_spaces_is_taken_out_of_text_and_json():
                  b'{"detail": "bad tok+live+4111-1111"}'):
         scrubbed = sensitive.body(body)
         assert b"4111-1111" not in scrubbed and b"[REDACTED]" in scrubbed, scrubbed
+
+
+def test_a_document_nested_past_what_is_walked_is_scrubbed_as_text_without_recursing():
+    """A review's reproduction: 500 levels, within the 512 a tool's answer may have, raised
+    RecursionError in every view of the approval that showed it."""
+    for depth in (65, 500, 511):
+        body = ("[" * depth + '"4111111111111111"' + "]" * depth).encode()
+        scrubbed = SENSITIVE.body(body)
+        assert b"4111111111111111" not in scrubbed and b"[REDACTED]" in scrubbed
