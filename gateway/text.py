@@ -260,7 +260,9 @@ def out_of_range_field(value: Any, path: str = "") -> str | None:
 
 # --- messages --------------------------------------------------------------------------------
 
-_INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_INVISIBLE = "\u200b\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+"""Joiners (U+200C/D, in Persian and emoji) and direction marks (U+200E/F, U+061C), which
+mark text but cannot override its order, stay as they are."""
 """Bidirectional controls and invisible format characters: shown raw, U+202E turns
 ``"\u202e00001"`` into what reads as 10000, and a path into one that ends in ``.jpg``."""
 _UNPRINTABLE = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029{_INVISIBLE}]")

@@ -256,13 +256,13 @@ async def test_a_form_posted_in_an_odd_encoding_gets_a_page_never_json_or_a_500(
 async def test_bidirectional_controls_in_what_a_page_shows_are_written_as_escapes(pg_client):
     """A review's reproduction: a model's argument "\\u202e00001" read as 10000 on the approval
     page, and a path as one ending in .jpg."""
-    reordering = "\u202e00001 \u2066x\u2069 \u200f"
+    reordering = "\u202e00001 \u2066x\u2069 \u200b"
     run = await create_run(pg_client, BOB)
     approval_id = await request_approval(pg_client, run["id"], BOB, "bidi", "write_note", {"text": reordering})
     await sign_in(pg_client)
     for path in ("/console/approvals", f"/console/approvals/{approval_id}"):
         page = await pg_client.get(path)
         assert page.status_code == 200
-        for char in "\u202e\u2066\u2069\u200f":
+        for char in "\u202e\u2066\u2069\u200b":
             assert char not in page.text, (path, hex(ord(char)))
     assert "\\u202e00001" in page.text

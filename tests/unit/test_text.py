@@ -130,6 +130,7 @@ def test_quoted_escapes_what_cannot_be_shown_and_cuts_long_text():
 def test_bidirectional_controls_are_shown_as_escapes_and_other_text_is_left_alone():
     """A terminal or a page shows U+202E by reversing what follows: "\u202e00001" reads 10000."""
     assert quoted("\u202e00001 \u2066x\u2069 \u200b\ufeff") == "\\u202e00001 \\u2066x\\u2069 \\u200b\\ufeff"
+    assert visible("👨\u200d👩 می\u200cخواهم \u200f") == "👨\u200d👩 می\u200cخواهم \u200f"
     assert visible("pay \u202e00001 to Zoë, 😀") == "pay \\u202e00001 to Zoë, 😀"
     assert visible("אבג abc") == "אבג abc"  # right-to-left letters are text, not controls
 
