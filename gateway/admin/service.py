@@ -214,7 +214,11 @@ class TenantAdmin:
         async with self._change(principal) as conn:
             before = await pq.get_policy(conn, tenant_id=principal.tenant_id, tool=name)
             policy = carried_waiver(policy, before)
-            if tool.mutates and policy.approval_mode is ApprovalMode.NEVER and not policy.approval_waived:
+            kept_never = before is not None and before.approval_mode is ApprovalMode.NEVER
+            # Granting never is refused; keeping one set while the tool read only is allowed
+            # (it counts as mutating without the waiver), so its other fields stay editable.
+            if tool.mutates and policy.approval_mode is ApprovalMode.NEVER and not policy.approval_waived \
+                    and not kept_never:
                 raise GatewayError(
                     ErrorCode.FORBIDDEN,
                     f"Only the operator can let a tool that changes data run without approval "

@@ -287,11 +287,13 @@ async def test_a_tenant_never_on_a_read_only_tool_is_no_waiver_once_the_tool_cha
         run = await new_run(client, "bob")
         [held] = await call_tools(client, run, [tool_call("notes_delete", {"id": "n-42"})], "bob")
         assert outcome(held) == "APPROVAL_REQUIRED"
-        resaved = await client.put(
-            "/v1/admin/tools/notes_delete", json={"approval_mode": "never", "max_calls_per_run": 9},
-            headers=auth_for("carol"),
-        )
-        assert resaved.status_code == 403 and resaved.json()["error"]["code"] == "FORBIDDEN"
+        # Kept while changing another field (the console's form posts the mode it shows): allowed,
+        # and still no waiver.
+        resaved = await set_policy(client, "notes_delete", {"approval_mode": "never", "enabled": True,
+                                                            "max_calls_per_run": 9})
+        assert resaved["policy"]["approval_waived"] is False
+        [still_held] = await call_tools(client, run, [tool_call("notes_delete", {"id": "n-44"})], "bob")
+        assert outcome(still_held) == "APPROVAL_REQUIRED"
 
         await set_approval_mode(database_url, "notes_delete", "never", registry=registry)
         view = (await client.get("/v1/admin/tools/notes_delete", headers=auth_for("carol"))).json()
