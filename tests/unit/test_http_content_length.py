@@ -4,54 +4,20 @@ truncated answer truncated, not a call that failed after the service acted."""
 
 from __future__ import annotations
 
-import asyncio
-
-import httpx
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
 
-from gateway.auth.principal import Principal
-from gateway.auth.service_tokens import ServiceTokenSigner
-from gateway.tools.base import PartialResult, ToolContext
-from gateway.tools.http import ServiceCalls, http_tool
-from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
-from gateway.tools.http_transport import service_transport
+from gateway.tools.base import PartialResult
+from tests.support.raw_service import call_answered_with
 
-SCHEMA = {"type": "object", "properties": {}}
 BODY = b"x" * 20_000
 LIMIT = 1000
 
 
 async def answer_to(content_length: bytes) -> object:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: " + content_length
-                     + b"\r\n\r\n" + BODY)
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    calls = ServiceCalls(ServiceTokenSigner(ec.generate_private_key(ec.SECP256R1()), issuer="gw", ttl_s=60),
-                         max_calls_per_tenant=25)
-    transport = service_transport(limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
-    try:
-        async with httpx.AsyncClient(transport=transport) as client:
-            calls.attach(client, transport)
-            tool = http_tool(
-                name="t", description="d", schema=SCHEMA, permission="p",
-                service=ServiceEndpoint.parse("svc", url),
-                request=RequestTemplate.compile(method="POST", path="/pay", query=[], body=[], schema=SCHEMA),
-                calls=calls, timeout_s=5, connect_timeout_s=1, max_result_bytes=LIMIT, mutates=True,
-            )
-            ctx = ToolContext(
-                principal=Principal(tenant_id="acme", user_id="alice", roles=frozenset(), permissions=frozenset()),
-                run_id="run", tool_call_id="call", request_id="req", db=None,
-            )
-            return await tool.handler(ctx, {})
-    finally:
-        server.close()
-        await server.wait_closed()
+    return await call_answered_with(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: " + content_length + b"\r\n\r\n" + BODY,
+        max_result_bytes=LIMIT, method="POST", mutates=True,
+    )
 
 
 @pytest.mark.parametrize(

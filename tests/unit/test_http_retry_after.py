@@ -3,56 +3,19 @@ whatever else a hostile service sends there still makes the call a ``RATE_LIMITE
 
 from __future__ import annotations
 
-import asyncio
-
-import httpx
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
 
-from gateway.auth.principal import Principal
-from gateway.auth.service_tokens import ServiceTokenSigner
 from gateway.errors import ERRORS, ErrorCode, ToolError
-from gateway.tools.base import ToolContext
-from gateway.tools.http import ServiceCalls, http_tool
-from gateway.tools.http_request import RequestTemplate, ServiceEndpoint
-from gateway.tools.http_transport import service_transport
+from tests.support.raw_service import call_answered_with
 
-SCHEMA = {"type": "object", "properties": {}}
 REFUSED = ERRORS[ErrorCode.RATE_LIMITED].message
 
 
 async def refusal_for(retry_after: bytes, *, status: bytes = b"429 Too Many", encoding: bytes = b"") -> ToolError:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        extra = b"content-encoding: " + encoding + b"\r\n" if encoding else b""
-        writer.write(b"HTTP/1.1 " + status + b"\r\nretry-after: " + retry_after + b"\r\n" + extra
-                     + b"content-length: 2\r\n\r\n{}")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    calls = ServiceCalls(ServiceTokenSigner(ec.generate_private_key(ec.SECP256R1()), issuer="gw", ttl_s=60),
-                         max_calls_per_tenant=25)
-    transport = service_transport(limits=httpx.Limits(max_connections=2, max_keepalive_connections=2))
-    try:
-        async with httpx.AsyncClient(transport=transport) as client:
-            calls.attach(client, transport)
-            tool = http_tool(
-                name="t", description="d", schema=SCHEMA, permission="p",
-                service=ServiceEndpoint.parse("svc", url),
-                request=RequestTemplate.compile(method="GET", path="/x", query=[], body=[], schema=SCHEMA),
-                calls=calls, timeout_s=5, connect_timeout_s=1, max_result_bytes=1000,
-            )
-            ctx = ToolContext(
-                principal=Principal(tenant_id="acme", user_id="alice", roles=frozenset(), permissions=frozenset()),
-                run_id="run", tool_call_id="call", request_id="req", db=None,
-            )
-            with pytest.raises(ToolError) as refused:
-                await tool.handler(ctx, {})
-    finally:
-        server.close()
-        await server.wait_closed()
+    extra = b"content-encoding: " + encoding + b"\r\n" if encoding else b""
+    with pytest.raises(ToolError) as refused:
+        await call_answered_with(b"HTTP/1.1 " + status + b"\r\nretry-after: " + retry_after + b"\r\n" + extra
+                                 + b"content-length: 2\r\n\r\n{}")
     return refused.value
 
 
