@@ -576,8 +576,27 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(url, token, body, resume_run=args.resume, wait_s=max(0.0, args.wait), hints=hints)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def warn_about_settings(settings: Settings) -> None:
+    """Log the settings that are allowed but defeat a promise the gateway makes."""
     import structlog
+
+    from gateway.tools.http_transport import connections_per_origin
+
+    log = structlog.get_logger("gateway.cli")
+    longest_call_s = settings.tools.timeout_s + 2 * settings.database.statement_timeout_s
+    if settings.server.shutdown_timeout_s < longest_call_s:
+        log.warning("shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.server.shutdown_timeout_s,
+                    longest_call_s=longest_call_s)
+    per_service = connections_per_origin(settings.http.max_connections)
+    if settings.tools.max_remote_calls_per_tenant >= per_service:
+        # One tenant's turns leave the other tenants a connection to a slow service only while
+        # they are fewer than the service's share of the pool.
+        log.warning("one_tenant_can_fill_a_service",
+                    tool_max_remote_calls_per_tenant=settings.tools.max_remote_calls_per_tenant,
+                    connections_per_service=per_service)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.db.migrate import upgrade_to_head
@@ -593,12 +612,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = settings.server.workers if args.workers is None else args.workers
     if workers < 1:
         raise SettingsError("--workers must be at least 1")
-    longest_call_s = settings.tools.timeout_s + 2 * settings.database.statement_timeout_s
-    if settings.server.shutdown_timeout_s < longest_call_s:
-        structlog.get_logger("gateway.cli").warning(
-            "shutdown_timeout_shorter_than_a_call", shutdown_timeout_s=settings.server.shutdown_timeout_s,
-            longest_call_s=longest_call_s,
-        )
+    warn_about_settings(settings)
     # Before any worker imports prometheus-client: several workers share one metrics directory.
     metrics_dir = prepare_metrics_dir(workers)
     database = contextlib.ExitStack()

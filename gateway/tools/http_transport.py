@@ -282,6 +282,11 @@ class _OriginSlots:
     """Exchanges holding or waiting for one of the semaphore's slots."""
 
 
+def connections_per_origin(max_connections: int) -> int:
+    """The exchanges one service may have in flight at once: three quarters of the pool."""
+    return max(1, max_connections * 3 // 4)
+
+
 class ServicePool:
     """Keep-alive HTTP/1.1 connections per origin and partition, reused most-recent first.
 
@@ -310,7 +315,7 @@ class ServicePool:
         self.max_connections = max_connections
         self.max_keepalive_connections = max_keepalive_connections
         self._slots = asyncio.Semaphore(max_connections)
-        self.max_per_origin = max(1, max_connections * 3 // 4)
+        self.max_per_origin = connections_per_origin(max_connections)
         self._origins: dict[tuple[bytes, bytes, int], _OriginSlots] = {}
         """The slots of each service with exchanges in flight or waiting (gone when none is)."""
         self._keepalive_expiry = keepalive_expiry
