@@ -261,10 +261,10 @@ def out_of_range_field(value: Any, path: str = "") -> str | None:
 # --- messages --------------------------------------------------------------------------------
 
 _INVISIBLE = "\u200b\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-"""Joiners (U+200C/D, in Persian and emoji) and direction marks (U+200E/F, U+061C), which
-mark text but cannot override its order, stay as they are."""
 """Bidirectional controls and invisible format characters: shown raw, U+202E turns
-``"\u202e00001"`` into what reads as 10000, and a path into one that ends in ``.jpg``."""
+``"\u202e00001"`` into what reads as 10000, and a path into one that ends in ``.jpg``.
+Joiners (U+200C/D, in Persian and emoji) and direction marks (U+200E/F, U+061C), which
+mark text but cannot override its order, are not among them: they stay as they are."""
 _UNPRINTABLE = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029{_INVISIBLE}]")
 _REORDERING = re.compile(f"[{_INVISIBLE}]")
 
