@@ -80,6 +80,9 @@ class ToolPolicyIn(Input, kw_only=True, forbid_unknown_fields=True):
     max_calls_per_run: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
     max_result_bytes: Annotated[int, msgspec.Meta(ge=64, le=10_485_760)] | None = None
     allowed_roles: Annotated[list[RoleName], msgspec.Meta(max_length=200)] | None = None
+    approval_waived: bool | None = None
+    """Read only, and ignored here: the operator's waiver (`gateway tenants approval-mode`),
+    accepted so that a policy read with `GET` can be written back as it came."""
 
     def __post_init__(self) -> None:
         refuse_line_breaks(allowed_roles=self.allowed_roles)

@@ -311,3 +311,17 @@ async def test_the_operators_waiver_survives_a_tenant_change_that_keeps_never_on
     run = await new_run(policy_client, "bob")
     [held] = await call_tools(policy_client, run, [tool_call("create_article", {"title": "T", "body": "B"})], "bob")
     assert outcome(held) == "APPROVAL_REQUIRED"
+
+
+async def test_a_policy_read_can_be_written_back_and_its_waiver_field_grants_nothing(policy_client):
+    read = (await policy_client.get("/v1/admin/tools/create_article", headers=auth_for("carol"))).json()["policy"]
+    written = await set_policy(policy_client, "create_article", {**read, "timeout_s": 5})
+    assert written["policy"]["timeout_s"] == 5 and written["policy"]["approval_waived"] is False
+    # Only the operator waives approval: a tenant administrator's `true` is no grant.
+    refused = await policy_client.put(
+        "/v1/admin/tools/create_article", headers=auth_for("carol"),
+        json={"approval_mode": "never", "approval_waived": True},
+    )
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
+    waived_alone = await set_policy(policy_client, "create_article", {"approval_waived": True})
+    assert waived_alone["policy"]["approval_waived"] is False
