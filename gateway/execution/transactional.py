@@ -130,11 +130,20 @@ class TransactionalCalls:
             error_id = new_error_id()
             log.exception("transactional_call_failed", tool=tool.name, tool_call_id=tool_call_id, run=run_id,
                           error_id=error_id, **(log_fields or {}))
-            failed = failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
-            async with self._db.begin() as conn:
-                await record(conn, failed)
-            return failed
+            return await self.record_failure(principal.tenant_id, run_id, tool_call_id, record, error_id)
         return outcome
+
+    async def record_failure(
+        self, tenant_id: str, run_id: str, tool_call_id: str, record: Recorder, error_id: str
+    ) -> CallOutcome:
+        """Record TOOL_EXECUTION_FAILED for a call whose transaction raised, its writes rolled
+        back — unless the raise came after its COMMIT reached the database (the connection
+        lost on the way back): then the outcome it stored stands, audited once, and this answer
+        can only say the outcome is unknown (a replay of the call answers the stored one)."""
+        failed = failure(ErrorCode.TOOL_EXECUTION_FAILED, None, error_id=error_id)
+        if await self.record_unless_finished(tenant_id, run_id, tool_call_id, record, failed):
+            return failed
+        return failure(ErrorCode.TOOL_OUTCOME_UNKNOWN, None, error_id=error_id)
 
     async def record_unless_finished(
         self, tenant_id: str, run_id: str, tool_call_id: str, record: Recorder, outcome: CallOutcome

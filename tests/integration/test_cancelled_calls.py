@@ -109,7 +109,7 @@ async def test_an_approval_cancelled_while_its_call_runs_ends_failed_cancelled_n
         await ledger.close()
 
 
-async def test_a_cancellation_after_the_call_committed_leaves_its_outcome_and_audits_nothing_more(
+async def test_a_cancellation_or_error_after_the_call_committed_leaves_its_outcome_and_audits_nothing_more(
     db: Database, database_url: str
 ):
     """A review's reproduction (a 50 ms link to the database): the request cancelled while the
@@ -142,6 +142,10 @@ async def test_a_cancellation_after_the_call_committed_leaves_its_outcome_and_au
         calls = TransactionalCalls(settings=settings, db=db)
         late = failure(ErrorCode.TOOL_CALL_CANCELLED, None)
         assert await calls.record_unless_finished("acme", run.id, "w1", record, late) is False
+        # The same for an error raised once the COMMIT had landed (its answer lost on the way):
+        # the stored OK stands and this answer says the outcome is unknown.
+        answered = await calls.record_failure("acme", run.id, "w1", record, "err_lost_commit")
+        assert answered.error is not None and answered.error.code == "TOOL_OUTCOME_UNKNOWN"
         [replayed] = await executor.execute(BOB, run.id, [quick], request_id="req_replay")
         assert replayed.outcome == "OK"
         audited = await rows.audit_rows(database_url, run_id=run.id, tool_call_id="w1", kind="tool_call")
