@@ -24,12 +24,13 @@ from urllib.parse import quote, quote_plus
 
 import msgspec
 
-from gateway.text import nests_deeper_than
+from gateway.text import MAX_JSON_DEPTH_CEILING, nests_deeper_than
 from gateway.tools.base import REDACTED
 
 MIN_INNER_CHARS = 4
-MAX_WALKED_DEPTH = 64
-"""Deepest JSON scrubbed value by value; a deeper body is scrubbed as text."""
+MAX_WALKED_DEPTH = MAX_JSON_DEPTH_CEILING
+"""Deepest JSON scrubbed value by value (as deep as a tool's answer may nest); a deeper body
+is scrubbed as text, where a value shorter than ``MIN_INNER_CHARS`` stays."""
 
 _ANY_JSON = msgspec.json.Decoder()
 
@@ -65,28 +66,47 @@ class Sensitive:
         """``data`` with the values taken out: JSON stays JSON (re-encoded), other text stays text."""
         if not self._whole or not data:
             return data
-        # Walked by recursion (two frames a level): deeper documents are scrubbed as text,
-        # which takes the JSON-escaped forms out of their strings all the same.
         if not nests_deeper_than(data, MAX_WALKED_DEPTH):
             try:
                 document = _ANY_JSON.decode(data)
             except msgspec.DecodeError:
                 pass
             else:
-                return msgspec.json.encode(self._value(document))
+                return msgspec.json.encode(self._document(document))
         return self.text(data.decode("utf-8", errors="replace")).encode()
 
-    def _value(self, node: Any) -> Any:
+    def _document(self, document: Any) -> Any:
+        """The decoded ``document``, scrubbed in place without recursion (a tool's answer may
+        nest 512 levels, two Python frames a level for a recursive walk)."""
+        if not isinstance(document, (dict, list)):
+            return self._leaf(document)
+        pending: list[dict[str, Any] | list[Any]] = [document]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, list):
+                for index, item in enumerate(node):
+                    if isinstance(item, (dict, list)):
+                        pending.append(item)
+                    else:
+                        node[index] = self._leaf(item)
+                continue
+            items = list(node.items())
+            node.clear()
+            for key, item in items:
+                if isinstance(item, (dict, list)):
+                    pending.append(item)
+                else:
+                    item = self._leaf(item)
+                node[self.text(key)] = item
+        return document
+
+    def _leaf(self, node: Any) -> Any:
         if isinstance(node, str):
             return self.text(node)
         if isinstance(node, bool) or node is None:
             return node
         if isinstance(node, (int, float)):
             return REDACTED if _number_text(node) in self._whole else node
-        if isinstance(node, dict):
-            return {self.text(key): self._value(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [self._value(value) for value in node]
         return node
 
 

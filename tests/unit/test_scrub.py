@@ -64,10 +64,21 @@ def test_a_form_encoded_value_with_spaces_is_taken_out_of_text_and_json():
         assert b"4111-1111" not in scrubbed and b"[REDACTED]" in scrubbed, scrubbed
 
 
-def test_a_document_nested_past_what_is_walked_is_scrubbed_as_text_without_recursing():
-    """A review's reproduction: 500 levels, within the 512 a tool's answer may have, raised
-    RecursionError in every view of the approval that showed it."""
-    for depth in (65, 500, 511):
-        body = ("[" * depth + '"4111111111111111"' + "]" * depth).encode()
-        scrubbed = SENSITIVE.body(body)
-        assert b"4111111111111111" not in scrubbed and b"[REDACTED]" in scrubbed
+def test_a_document_as_deep_as_an_answer_may_nest_is_walked_without_recursing():
+    """Reviews' reproductions: 500 levels, within the 512 a tool's answer may have, raised
+    RecursionError in every view of the approval that showed it; scrubbed as text instead,
+    a value shorter than the inner floor (a CVV) came through past 64 levels."""
+    sensitive = Sensitive({"card": "4111111111111111", "cvv": "123", "pin": 4321}, ["card", "cvv", "pin"])
+    for depth in (1, 65, 500, 511):
+        leaf = '{"card": "4111111111111111", "cvv": "123", "pin": 4321, "qty": 7}'
+        body = ("[" * depth + leaf + "]" * depth).encode()
+        scrubbed = sensitive.body(body)
+        assert b"4111" not in scrubbed and b'"123"' not in scrubbed and b"4321" not in scrubbed, scrubbed[-120:]
+        assert scrubbed.count(b"[REDACTED]") == 3 and b'"qty":7' in scrubbed
+
+
+def test_a_document_past_what_is_walked_is_scrubbed_as_text():
+    depth = 600
+    body = ("[" * depth + '"4111111111111111"' + "]" * depth).encode()
+    scrubbed = SENSITIVE.body(body)
+    assert b"4111111111111111" not in scrubbed and b"[REDACTED]" in scrubbed
