@@ -131,7 +131,9 @@ def _integer_parameters(handler: Any) -> frozenset[str]:
     names = _INTEGER_PARAMETERS.get(handler)
     if names is None:
         names = frozenset(
-            name for name, field in handler.parsed_fn_signature.parameters.items()
+            # The key the query spells: an alias (`name`, formerly `query`) if it has one.
+            field.kwarg_definition.name or field.kwarg_definition.query or name
+            for name, field in handler.parsed_fn_signature.parameters.items()
             if isinstance(field.kwarg_definition, QueryParameter) and field.is_subclass_of(int)
             and not field.is_subclass_of(bool)
         )
